@@ -1,0 +1,18 @@
+//! Requests → point report: per-class attainment, nearest-rank percentiles, the gate.
+//!
+//! Pure apart from [`read_requests_csv`], which opens the file it is given.
+
+mod formulas;
+mod gate;
+mod report;
+mod requests_csv;
+mod summary;
+
+pub use formulas::*;
+pub use gate::*;
+pub use report::*;
+pub use requests_csv::*;
+pub use summary::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,10 @@
+//! goodput: SLO-driven capacity management for GPU LLM inference.
+//!
+//! The crate is a pure core (`workload`, `analysis`, `planning`) wrapped by shells that do
+//! IO: the `goodput` binary's subcommands today, the operator and the load generator later.
+//! Each formula (TPOT, attainment, nearest-rank percentile, replicas) has exactly one
+//! definition here, and every shell calls it.
+
+pub mod analysis;
+pub mod planning;
+pub mod workload;

@@ -1,0 +1,300 @@
+//! The frozen workload manifest: types, loading, validation, and what the analyzer derives
+//! from it (class cutoffs and gate thresholds).
+
+mod manifest;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use manifest::*;
+pub use validate::{Finding, MIX_SUM_TOLERANCE, Severity, validate};
+
+use crate::analysis::{ClassSlo, GateConfig};
+
+/// The seed's manifest (70B-class model, three classes); also the defaults when no manifest
+/// is given.
+pub const SEED_MANIFEST_YAML: &str = include_str!("../../examples/workload-manifest.yaml");
+
+/// Why a manifest could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read manifest {path}: {source}")]
+    Io {
+        /// The manifest file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The YAML does not match the manifest schema.
+    #[error("manifest {path}: {message}")]
+    Parse {
+        /// The manifest file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// The manifest parsed but breaks a rule.
+    #[error("manifest {path} is invalid:\n{}", list(.findings))]
+    Invalid {
+        /// The manifest file.
+        path: PathBuf,
+        /// Every finding (warnings included, for context).
+        findings: Vec<Finding>,
+    },
+}
+
+fn list(findings: &[Finding]) -> String {
+    findings
+        .iter()
+        .map(|f| format!("  {f}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A manifest that parsed and passed validation, with the warnings found on the way.
+#[derive(Clone, Debug)]
+pub struct LoadedManifest {
+    /// The manifest.
+    pub manifest: WorkloadManifest,
+    /// Findings of severity `Warning`.
+    pub warnings: Vec<Finding>,
+}
+
+/// Parses and validates manifest YAML; `path` is used in messages only.
+pub fn parse_manifest(yaml: &str, path: &Path) -> Result<LoadedManifest, ManifestError> {
+    // serde_path_to_error adds the field path (`workload[1].mix`) to the parser's
+    // line/column message.
+    let mut field = String::new();
+    let parsed = serde_saphyr::with_deserializer_from_str(yaml, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    });
+    let manifest: WorkloadManifest = parsed.map_err(|e| ManifestError::Parse {
+        path: path.to_path_buf(),
+        message: if field.is_empty() || field == "." {
+            e.to_string()
+        } else {
+            format!("field `{field}`: {e}")
+        },
+    })?;
+    let findings = validate(&manifest);
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        return Err(ManifestError::Invalid {
+            path: path.to_path_buf(),
+            findings,
+        });
+    }
+    Ok(LoadedManifest {
+        manifest,
+        warnings: findings,
+    })
+}
+
+/// Reads, parses and validates a manifest file.
+pub fn load_manifest(path: &Path) -> Result<LoadedManifest, ManifestError> {
+    let yaml = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_manifest(&yaml, path)
+}
+
+/// The seed's manifest, parsed.
+pub fn seed_manifest() -> WorkloadManifest {
+    // The embedded file is checked by the `seed_manifest_parses_and_validates` test, so
+    // this cannot fail in a built binary.
+    parse_manifest(SEED_MANIFEST_YAML, Path::new("<built-in seed manifest>"))
+        .expect("the embedded seed manifest is valid")
+        .manifest
+}
+
+impl WorkloadManifest {
+    /// The per-class cutoffs and gate thresholds the analyzer applies, all from the manifest.
+    pub fn gate_config(&self) -> GateConfig {
+        GateConfig {
+            classes: self
+                .workload
+                .iter()
+                .map(|c| ClassSlo {
+                    name: c.name.clone(),
+                    ttft_cutoff_ms: c.request_ttft_cutoff_ms,
+                    tpot_cutoff_ms: c.request_tpot_cutoff_ms,
+                })
+                .collect(),
+            attainment_min: self.acceptance.class_slo_attainment_min,
+            min_successes_per_class: self.acceptance.min_successful_samples_per_class,
+            error_rate_max: self.acceptance.error_rate_max,
+            queue_trend_required: self.acceptance.queue_trend_required,
+            ..GateConfig::default()
+        }
+    }
+
+    /// Mean input tokens per request over the class mix.
+    pub fn weighted_input_tokens(&self) -> f64 {
+        self.workload
+            .iter()
+            .map(|c| c.mix * f64::from(c.input_tokens))
+            .sum()
+    }
+
+    /// Mean output tokens per request over the class mix.
+    pub fn weighted_output_tokens(&self) -> f64 {
+        self.workload
+            .iter()
+            .map(|c| c.mix * f64::from(c.output_tokens))
+            .sum()
+    }
+}
+
+/// Exact per-class request counts for `total` requests split by `mixes` (largest-remainder
+/// method). Quotas that are whole numbers up to float noise (0.7 × 22,000 is
+/// 15,399.999999999998 in binary) count as whole; leftover requests go to the largest
+/// remainders, ties to the earlier class. The counts always sum to `total`.
+pub fn stratified_counts(mixes: &[f64], total: u64) -> Vec<u64> {
+    const WHOLE: f64 = 1e-6;
+    let quotas: Vec<f64> = mixes.iter().map(|m| m * total as f64).collect();
+    let mut counts: Vec<u64> = quotas.iter().map(|q| (q + WHOLE).floor() as u64).collect();
+    let assigned: u64 = counts.iter().sum();
+    let mut order: Vec<usize> = (0..mixes.len()).collect();
+    let remainder = |i: usize| quotas[i] - counts[i] as f64;
+    order.sort_by(|&a, &b| remainder(b).total_cmp(&remainder(a)).then(a.cmp(&b)));
+    let left = total.saturating_sub(assigned) as usize;
+    for k in 0..if order.is_empty() { 0 } else { left } {
+        counts[order[k % order.len()]] += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_manifest_parses_and_validates() {
+        let loaded = parse_manifest(SEED_MANIFEST_YAML, Path::new("seed")).unwrap();
+        let m = loaded.manifest;
+        assert_eq!(m.workload.len(), 3);
+        assert_eq!(m.client.class_schedule_counts["long_context"], 4400);
+        assert_eq!(m.engine.placement.gpus_per_replica(), Some(2));
+        assert!((m.weighted_input_tokens() - 2406.4).abs() < 1e-9);
+        assert!((m.weighted_output_tokens() - 243.2).abs() < 1e-9);
+        let gate = m.gate_config();
+        assert_eq!(gate.classes[2].name, "generation_heavy");
+        assert_eq!(gate.classes[2].ttft_cutoff_ms, 800.0);
+        assert_eq!(gate.min_successes_per_class, 2000);
+    }
+
+    #[test]
+    fn stratified_counts_match_the_seed_and_always_sum() {
+        assert_eq!(
+            stratified_counts(&[0.7, 0.2, 0.1], 22_000),
+            vec![15_400, 4_400, 2_200]
+        );
+        assert_eq!(stratified_counts(&[0.5, 0.5], 3), vec![2, 1]);
+        assert_eq!(
+            stratified_counts(&[1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], 100),
+            vec![34, 33, 33]
+        );
+        assert_eq!(stratified_counts(&[0.7, 0.2, 0.1], 0), vec![0, 0, 0]);
+    }
+
+    fn seed_with(edit: impl FnOnce(&mut WorkloadManifest)) -> Vec<Finding> {
+        let mut m = seed_manifest();
+        edit(&mut m);
+        validate(&m)
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .collect()
+    }
+
+    fn paths(findings: &[Finding]) -> Vec<&str> {
+        findings.iter().map(|f| f.path.as_str()).collect()
+    }
+
+    #[test]
+    fn mutable_and_empty_revisions_are_rejected() {
+        let f = seed_with(|m| {
+            m.model.revision = "latest".into();
+            m.engine.version = "".into();
+        });
+        assert_eq!(paths(&f), ["model.revision", "engine.version"]);
+        assert!(f[0].message.contains("mutable"));
+    }
+
+    #[test]
+    fn mixes_must_sum_to_one() {
+        let f = seed_with(|m| m.workload[1].mix = 0.25);
+        assert!(paths(&f).contains(&"workload"), "{f:?}");
+        // Within 1e-9 is accepted (0.1 + 0.2 + 0.7 is not exactly 1 in binary).
+        assert!(seed_with(|m| m.workload[1].mix = 0.2 + 5e-10).is_empty());
+    }
+
+    #[test]
+    fn schedule_counts_must_sum_and_match_the_mix() {
+        let f = seed_with(|m| {
+            m.client
+                .class_schedule_counts
+                .insert("interactive".into(), 15_300);
+        });
+        assert_eq!(paths(&f), ["client.class_schedule_counts"]);
+        let f = seed_with(|m| {
+            m.client
+                .class_schedule_counts
+                .insert("interactive".into(), 15_300);
+            m.client
+                .class_schedule_counts
+                .insert("long_context".into(), 4_500);
+        });
+        assert_eq!(
+            paths(&f),
+            [
+                "client.class_schedule_counts.interactive",
+                "client.class_schedule_counts.long_context"
+            ]
+        );
+        let f = seed_with(|m| {
+            m.client.class_schedule_counts.remove("generation_heavy");
+        });
+        assert!(paths(&f).contains(&"client.class_schedule_counts.generation_heavy"));
+    }
+
+    #[test]
+    fn cutoffs_and_thresholds_must_be_in_range() {
+        let f = seed_with(|m| {
+            m.workload[0].request_ttft_cutoff_ms = 0.0;
+            m.workload[2].request_tpot_cutoff_ms = f64::NAN;
+            m.acceptance.class_slo_attainment_min = 1.5;
+            m.acceptance.error_rate_max = -0.1;
+            m.acceptance.target_utilization = 0.0;
+        });
+        assert_eq!(
+            paths(&f),
+            [
+                "workload[0].request_ttft_cutoff_ms",
+                "workload[2].request_tpot_cutoff_ms",
+                "acceptance.class_slo_attainment_min",
+                "acceptance.error_rate_max",
+                "acceptance.target_utilization",
+            ]
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let bad = SEED_MANIFEST_YAML.replace("mix: 0.20", "mix: lots");
+        let err = parse_manifest(&bad, Path::new("m.yaml")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("m.yaml"), "{msg}");
+        assert!(msg.contains("line"), "{msg}");
+        assert!(msg.contains("field `workload[1].mix`"), "{msg}");
+
+        let bad = SEED_MANIFEST_YAML.replace("model:", "modle:");
+        let msg = parse_manifest(&bad, Path::new("m.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("modle"), "{msg}");
+    }
+}
