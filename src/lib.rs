@@ -7,4 +7,5 @@
 
 pub mod analysis;
 pub mod planning;
+pub mod sim;
 pub mod workload;

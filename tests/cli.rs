@@ -287,3 +287,105 @@ fn the_shipped_example_sweep_plans_8_replicas() {
     assert_eq!(v["required_gpus"], 16);
     assert_eq!(v["target_utilization"], 0.75);
 }
+
+const SEED_SHAPE: [&str; 10] = [
+    "--preset",
+    "qwen2.5-7b-h100",
+    "--requests",
+    "2000",
+    "--input-tokens",
+    "1024",
+    "--output-tokens",
+    "256",
+    "--ttft-slo-ms",
+    "1000",
+];
+
+#[test]
+fn simulate_prints_one_object_per_rate() {
+    let mut args = vec!["simulate"];
+    args.extend(SEED_SHAPE);
+    args.extend([
+        "--tpot-slo-ms",
+        "40",
+        "--rates",
+        "1,20,40",
+        "--output",
+        "json",
+    ]);
+    let v = stdout_json(&goodput(&args));
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for key in [
+        "rate",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "output_tps",
+        "goodput_rps",
+        "slo_met",
+    ] {
+        assert!(rows[0].get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(rows[1]["rate"], 20.0);
+    assert_eq!(rows[0]["slo_met"], 1.0);
+    assert!(rows[2]["slo_met"].as_f64().unwrap() < 0.1);
+    assert_eq!(rows[2]["queue_trend"], "growing");
+}
+
+#[test]
+fn simulate_finds_the_max_rate() {
+    let mut args = vec!["simulate"];
+    args.extend(SEED_SHAPE);
+    args.extend([
+        "--tpot-slo-ms",
+        "40",
+        "--find-max-rate",
+        "--slo-met",
+        "0.99",
+        "--output",
+        "json",
+    ]);
+    let v = stdout_json(&goodput(&args));
+    let max = v["max_rate"].as_f64().unwrap();
+    assert!((max - 22.6).abs() <= 0.8, "{max}");
+    assert_eq!(v["probes"].as_array().unwrap().len(), 12);
+}
+
+#[test]
+fn simulate_with_a_manifest_applies_the_per_class_gate() {
+    let v = stdout_json(&goodput(&[
+        "simulate",
+        "--manifest",
+        &repo("examples/workload-manifest.yaml"),
+        "--preset",
+        "dense-70b-h200-tp2",
+        "--requests",
+        "3000",
+        "--rates",
+        "0.5",
+        "--output",
+        "json",
+    ]));
+    let report = &v[0]["report"];
+    assert_eq!(report["classes"].as_object().unwrap().len(), 3);
+    // 3,000 requests give generation_heavy 300 samples: exploratory at best.
+    assert_eq!(
+        report["classes"]["generation_heavy"]["successful_count"],
+        300
+    );
+    assert_eq!(report["capacity_gate_pass"], false);
+}
+
+#[test]
+fn simulate_rejects_unknown_presets_and_fields() {
+    let out = goodput(&["simulate", "--preset", "nope", "--rates", "1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset `nope`"));
+    let mut args = vec!["simulate"];
+    args.extend(SEED_SHAPE);
+    args.extend(["--tpot-slo-ms", "40", "--rates", "1", "--set", "max_seqs=2"]);
+    let out = goodput(&args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setup field `max_seqs`"));
+}

@@ -4,12 +4,14 @@
 
 mod formulas;
 mod gate;
+mod queue;
 mod report;
 mod requests_csv;
 mod summary;
 
 pub use formulas::*;
 pub use gate::*;
+pub use queue::*;
 pub use report::*;
 pub use requests_csv::*;
 pub use summary::*;
