@@ -6,6 +6,7 @@
 //! definition here, and every shell calls it.
 
 pub mod analysis;
+pub mod http_client;
 pub mod planning;
 pub mod sim;
 pub mod workload;

@@ -304,6 +304,14 @@ impl Engine {
         self.seq(id).map(|s| s.generated)
     }
 
+    /// Requests running now (admitted and holding KV), in admission order.
+    pub fn running(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.running.iter().map(|&slot| RequestId {
+            slot,
+            generation: self.seqs[slot as usize].generation,
+        })
+    }
+
     /// Removes a request (client gone) and frees its KV. False if it had already left.
     pub fn cancel(&mut self, id: RequestId) -> bool {
         if self.seq(id).is_none() {

@@ -2,7 +2,9 @@
 //! (`engine`), its presets (`setup`) and the offline what-if driver (`offline`).
 
 pub mod engine;
+pub mod live;
 pub mod offline;
+pub mod router;
 pub mod setup;
 
 pub use engine::{Engine, EngineStats, NewRequest, RequestId, Step, TokenEvent};
