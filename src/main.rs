@@ -39,6 +39,9 @@ enum Command {
     /// Offline what-if on the engine model: a rate sweep table or the highest rate meeting
     /// the SLO (bisection).
     Simulate(SimulateArgs),
+    /// Serve the engine model live: replicas with an OpenAI-compatible API and engine
+    /// metrics behind a router, with fault injection.
+    ServeSim(ServeSimArgs),
 }
 
 #[derive(clap::Args)]
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze(args),
         Command::Plan(args) => plan(args),
         Command::Simulate(args) => simulate(args),
+        Command::ServeSim(args) => serve_sim(args),
     };
     match result {
         Ok(code) => code,
@@ -312,20 +316,27 @@ fn read_sweep(path: &Path) -> Result<(SweepFile, Vec<SweepPoint>)> {
     Ok((file, points))
 }
 
+/// The engine model's configuration: a preset and overrides.
 #[derive(clap::Args)]
-struct SimulateArgs {
-    /// Hardware and model preset (see --list-presets).
+struct SetupArgs {
+    /// Hardware and model preset (see `goodput simulate --list-presets`).
     #[arg(long, default_value = "qwen2.5-7b-h100")]
     preset: String,
-    /// List the presets and exit.
-    #[arg(long)]
-    list_presets: bool,
     /// Override one setup field with a YAML value, e.g. `--set max_num_seqs=512`; repeatable.
     #[arg(long = "set", value_name = "FIELD=VALUE", value_parser = parse_key_value)]
     set: Vec<(String, String)>,
     /// YAML file with setup field overrides (applied before --set).
     #[arg(long)]
     setup_file: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    setup: SetupArgs,
+    /// List the presets and exit.
+    #[arg(long)]
+    list_presets: bool,
     /// Requests per simulated point (default 2,000; with --manifest, its initial schedule).
     #[arg(long)]
     requests: Option<usize>,
@@ -401,7 +412,7 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// The preset with the file's and the flags' overrides applied.
-fn simulated_setup(args: &SimulateArgs) -> Result<Setup> {
+fn simulated_setup(args: &SetupArgs) -> Result<Setup> {
     let mut setup = preset(&args.preset).with_context(|| {
         let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
         format!(
@@ -535,7 +546,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let setup = simulated_setup(&args)?;
+    let setup = simulated_setup(&args.setup)?;
     let manifest = args
         .manifest
         .as_deref()
@@ -636,5 +647,140 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct ServeSimArgs {
+    #[command(flatten)]
+    setup: SetupArgs,
+    /// Address to bind (loopback by default).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Router port; replica i (0-based) serves on PORT+1+i with its own API and /metrics.
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Independent engine replicas behind the router.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// Run the model K times faster than real time: every latency a client measures is the
+    /// model's divided by K (multiply measurements by K to compare with real hardware).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Tokens per SSE frame, as engines with a stream interval send them (the first token
+    /// always goes alone); ITL is then per frame.
+    #[arg(long, default_value_t = 1)]
+    stream_interval: u32,
+    /// Metric names on the replicas' /metrics.
+    #[arg(long, value_enum, default_value = "vllm")]
+    metrics_flavor: FlavorArg,
+    /// How the router picks a replica.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    routing: RoutingArg,
+    /// How long a replica must fail health probes before the router stops sending it work.
+    #[arg(long, default_value_t = 1000)]
+    detection_delay_ms: u64,
+    /// Interval of the router's health probes.
+    #[arg(long, default_value_t = 100)]
+    health_interval_ms: u64,
+    /// Delay before a replica restored through the admin API serves again.
+    #[arg(long, default_value_t = 0)]
+    cold_start_ms: u64,
+    /// Seed of sampled output lengths and injected faults.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Fault: fraction of requests answered with --error-status.
+    #[arg(long, default_value_t = 0.0)]
+    error_fraction: f64,
+    /// Fault: HTTP status of injected errors.
+    #[arg(long, default_value_t = 500)]
+    error_status: u16,
+    /// Fault: latency added before each request reaches the engine.
+    #[arg(long, default_value_t = 0)]
+    added_latency_ms: u64,
+    /// Fault: uniform extra latency on top of --added-latency-ms.
+    #[arg(long, default_value_t = 0)]
+    latency_jitter_ms: u64,
+    /// Fault: fraction of streams cut after --stream-cut-after-tokens frames.
+    #[arg(long, default_value_t = 0.0)]
+    stream_cut_fraction: f64,
+    /// Fault: frames a cut stream delivers first.
+    #[arg(long, default_value_t = 8)]
+    stream_cut_after_tokens: u32,
+    /// Fault: how a stream is cut (`error_frame` or `disconnect`).
+    #[arg(long, default_value = "error_frame")]
+    stream_cut_mode: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FlavorArg {
+    Vllm,
+    Sglang,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoutingArg {
+    RoundRobin,
+    LeastOutstanding,
+}
+
+fn serve_sim(args: ServeSimArgs) -> Result<ExitCode> {
+    use goodput::sim::fleet::{FaultsBody, FleetConfig, StreamCutBody, run_fleet};
+    use goodput::sim::live::{MetricsFlavor, ReplicaConfig};
+    use goodput::sim::router::{RouterConfig, RoutingPolicy};
+
+    let setup = simulated_setup(&args.setup)?;
+    let faults = FaultsBody {
+        error_fraction: args.error_fraction,
+        error_status: Some(args.error_status),
+        added_latency_ms: args.added_latency_ms,
+        latency_jitter_ms: args.latency_jitter_ms,
+        stream_cut: (args.stream_cut_fraction > 0.0).then(|| StreamCutBody {
+            fraction: args.stream_cut_fraction,
+            after_tokens: args.stream_cut_after_tokens,
+            mode: Some(args.stream_cut_mode.clone()),
+        }),
+    }
+    .to_faults()
+    .map_err(|e| anyhow::anyhow!("fault flags: {e}"))?;
+    let config = FleetConfig {
+        replica: ReplicaConfig {
+            time_scale: args.time_scale,
+            stream_interval: args.stream_interval,
+            metrics_flavor: match args.metrics_flavor {
+                FlavorArg::Vllm => MetricsFlavor::Vllm,
+                FlavorArg::Sglang => MetricsFlavor::Sglang,
+            },
+            seed: args.seed,
+            ..ReplicaConfig::new(setup)
+        },
+        replicas: args.replicas,
+        host: args.host,
+        port: args.port,
+        router: RouterConfig {
+            policy: match args.routing {
+                RoutingArg::RoundRobin => RoutingPolicy::RoundRobin,
+                RoutingArg::LeastOutstanding => RoutingPolicy::LeastOutstanding,
+            },
+            health_interval: std::time::Duration::from_millis(args.health_interval_ms.max(1)),
+            detection_delay: std::time::Duration::from_millis(args.detection_delay_ms),
+            ..RouterConfig::default()
+        },
+        cold_start: std::time::Duration::from_millis(args.cold_start_ms),
+        faults,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    eprintln!(
+        "serve-sim: router on http://{}:{} ({} replica(s) on ports {}..={}), time scale {}",
+        args.host,
+        args.port,
+        args.replicas,
+        u32::from(args.port) + 1,
+        u32::from(args.port) + args.replicas,
+        args.time_scale
+    );
+    runtime.block_on(run_fleet(config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    }))?;
     Ok(ExitCode::SUCCESS)
 }

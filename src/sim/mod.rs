@@ -2,6 +2,7 @@
 //! (`engine`), its presets (`setup`) and the offline what-if driver (`offline`).
 
 pub mod engine;
+pub mod fleet;
 pub mod live;
 pub mod offline;
 pub mod router;
