@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use goodput::sim::offline::{Arrival, ClassShape, WorkloadSpec, simulate_rate, simulate_rates};
+use goodput::sim::offline::{WorkloadSpec, simulate_rate, simulate_rates};
 use goodput::sim::preset;
 
 const RATES: [f64; 8] = [1.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0];
@@ -20,21 +20,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let setup = preset("qwen2.5-7b-h100").expect("the seed preset exists");
-    let spec = WorkloadSpec {
-        classes: vec![ClassShape {
-            name: "default".into(),
-            mix: 1.0,
-            input_tokens: 1024,
-            output_tokens: 256,
-            ttft_cutoff_ms: 1000.0,
-            tpot_cutoff_ms: 40.0,
-        }],
-        requests: 2000,
-        seed: 0,
-        arrival: Arrival::Poisson,
-        output_jitter: 0.0,
-        shared_prefix: None,
-    };
+    let spec = WorkloadSpec::single_shape(1024, 256, 1000.0, 40.0, 2000);
     // Warm up caches and the allocator.
     for &r in &RATES {
         black_box(simulate_rate(&setup, &spec, r, None));

@@ -2,7 +2,7 @@
 //! numbers (Python's Mersenne Twister, `random.seed(0)`, `expovariate`), the 2,000-request
 //! Qwen2.5-7B/H100 runs reproduce the published table at its printed precision.
 
-use goodput::sim::offline::{Arrival, ClassShape, SimArrival, WorkloadSpec, run, summarize};
+use goodput::sim::offline::{SimArrival, WorkloadSpec, run, summarize};
 use goodput::sim::preset;
 use rand_mt::Mt;
 
@@ -47,21 +47,7 @@ fn seed_arrivals(rate: f64) -> Vec<SimArrival> {
 
 /// The seed's workload: 1,024 tokens in, 256 out, SLO 1 s / 40 ms.
 fn seed_spec() -> WorkloadSpec {
-    WorkloadSpec {
-        classes: vec![ClassShape {
-            name: "default".into(),
-            mix: 1.0,
-            input_tokens: 1024,
-            output_tokens: 256,
-            ttft_cutoff_ms: 1000.0,
-            tpot_cutoff_ms: 40.0,
-        }],
-        requests: 2000,
-        seed: 0,
-        arrival: Arrival::Poisson,
-        output_jitter: 0.0,
-        shared_prefix: None,
-    }
+    WorkloadSpec::single_shape(1024, 256, 1000.0, 40.0, 2000)
 }
 
 #[test]

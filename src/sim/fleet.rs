@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
+use super::live::api::ApiError;
 use super::live::{CutMode, FaultConfig, LiveError, ReplicaConfig, ReplicaServer, StreamCut};
 use super::router::{Router, RouterConfig, router_app};
 
@@ -172,17 +173,11 @@ fn now_ms() -> u64 {
 }
 
 fn not_found(index: usize) -> Response {
-    let body = serde_json::json!({
-        "error": {"message": format!("no replica {index}"), "type": "NotFoundError", "param": null, "code": 404}
-    });
-    (StatusCode::NOT_FOUND, Json(body)).into_response()
+    ApiError::new(StatusCode::NOT_FOUND, format!("no replica {index}")).into_response()
 }
 
 fn bad_request(message: String) -> Response {
-    let body = serde_json::json!({
-        "error": {"message": message, "type": "BadRequestError", "param": null, "code": 400}
-    });
-    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    ApiError::new(StatusCode::BAD_REQUEST, message).into_response()
 }
 
 /// One replica as the admin API lists it.

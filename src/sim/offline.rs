@@ -73,6 +73,34 @@ pub struct WorkloadSpec {
     pub shared_prefix: Option<SharedPrefix>,
 }
 
+impl WorkloadSpec {
+    /// One request shape, Poisson arrivals, seed 0, fixed lengths, no shared prefixes: the
+    /// methodology's what-if workload.
+    pub fn single_shape(
+        input_tokens: u32,
+        output_tokens: u32,
+        ttft_cutoff_ms: f64,
+        tpot_cutoff_ms: f64,
+        requests: usize,
+    ) -> Self {
+        WorkloadSpec {
+            classes: vec![ClassShape {
+                name: "default".into(),
+                mix: 1.0,
+                input_tokens,
+                output_tokens,
+                ttft_cutoff_ms,
+                tpot_cutoff_ms,
+            }],
+            requests,
+            seed: 0,
+            arrival: Arrival::Poisson,
+            output_jitter: 0.0,
+            shared_prefix: None,
+        }
+    }
+}
+
 /// One scheduled request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimArrival {

@@ -19,6 +19,8 @@ use axum::routing::get;
 use futures_util::StreamExt;
 use serde::Serialize;
 
+use super::live::api::ApiError;
+
 /// How the router picks a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RoutingPolicy {
@@ -318,10 +320,7 @@ async fn replicas(State(router): State<Arc<Router>>) -> impl IntoResponse {
 
 /// An OpenAI-style error response.
 fn error(status: StatusCode, message: &str) -> Response {
-    let body = serde_json::json!({
-        "error": {"message": message, "type": "ServiceUnavailableError", "param": null, "code": status.as_u16()}
-    });
-    (status, axum::Json(body)).into_response()
+    ApiError::new(status, message).into_response()
 }
 
 /// Decrements a replica's outstanding count when the response (stream) is done or dropped.

@@ -2,21 +2,7 @@ use super::offline::*;
 use super::*;
 
 fn seed_workload(requests: usize) -> WorkloadSpec {
-    WorkloadSpec {
-        classes: vec![ClassShape {
-            name: "default".into(),
-            mix: 1.0,
-            input_tokens: 1024,
-            output_tokens: 256,
-            ttft_cutoff_ms: 1000.0,
-            tpot_cutoff_ms: 40.0,
-        }],
-        requests,
-        seed: 0,
-        arrival: Arrival::Poisson,
-        output_jitter: 0.0,
-        shared_prefix: None,
-    }
+    WorkloadSpec::single_shape(1024, 256, 1000.0, 40.0, requests)
 }
 
 /// The seed's table: rate, TTFT p50 ms, TPOT p50 ms, SLO met.

@@ -52,14 +52,15 @@ pub const DEFAULT_SAMPLED_MAX_TOKENS: u32 = 256;
 
 /// An error answered with vLLM's JSON error body.
 #[derive(Debug)]
-pub(crate) struct ApiError {
+pub struct ApiError {
     status: StatusCode,
     message: String,
     param: Option<String>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    /// An error with `status` and a message; the body's `type` follows the status.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
