@@ -23,14 +23,14 @@ fn main() {
     let spec = WorkloadSpec::single_shape(1024, 256, 1000.0, 40.0, 2000);
     // Warm up caches and the allocator.
     for &r in &RATES {
-        black_box(simulate_rate(&setup, &spec, r, None));
+        black_box(simulate_rate(&setup, &spec, r, None).expect("a valid workload"));
     }
     let runs = 30;
     let single = median(
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                black_box(simulate_rate(&setup, &spec, 20.0, None));
+                black_box(simulate_rate(&setup, &spec, 20.0, None).expect("a valid workload"));
                 t.elapsed()
             })
             .collect(),
@@ -40,7 +40,7 @@ fn main() {
             .map(|_| {
                 let t = Instant::now();
                 for &r in &RATES {
-                    black_box(simulate_rate(&setup, &spec, r, None));
+                    black_box(simulate_rate(&setup, &spec, r, None).expect("a valid workload"));
                 }
                 t.elapsed()
             })
@@ -50,7 +50,7 @@ fn main() {
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                black_box(simulate_rates(&setup, &spec, &RATES, None));
+                black_box(simulate_rates(&setup, &spec, &RATES, None).expect("a valid workload"));
                 t.elapsed()
             })
             .collect(),

@@ -6,7 +6,9 @@
 //! definition here, and every shell calls it.
 
 pub mod analysis;
+pub mod engine_metrics;
 pub mod http_client;
+pub mod loadgen;
 pub mod planning;
 pub mod sim;
 pub mod workload;

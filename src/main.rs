@@ -42,6 +42,9 @@ enum Command {
     /// Serve the engine model live: replicas with an OpenAI-compatible API and engine
     /// metrics behind a router, with fault injection.
     ServeSim(ServeSimArgs),
+    /// Run one test point against an OpenAI-compatible endpoint: open loop at a rate or
+    /// closed loop at a concurrency; writes requests.csv, summary.json, engine-metrics.json.
+    Loadgen(LoadgenArgs),
 }
 
 #[derive(clap::Args)]
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan(args),
         Command::Simulate(args) => simulate(args),
         Command::ServeSim(args) => serve_sim(args),
+        Command::Loadgen(args) => loadgen(args),
     };
     match result {
         Ok(code) => code,
@@ -393,6 +397,9 @@ struct SimulateArgs {
     /// Tokens of each shared prefix.
     #[arg(long, requires = "prefix_pool")]
     prefix_tokens: Option<u32>,
+    /// Zipf exponent of prefix popularity (0 = every prefix equally likely).
+    #[arg(long, default_value_t = 0.0)]
+    prefix_zipf: f64,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     output: OutputFormat,
@@ -521,7 +528,11 @@ fn simulated_workload(
         shared_prefix: args
             .prefix_pool
             .zip(args.prefix_tokens)
-            .map(|(pool, tokens)| SharedPrefix { pool, tokens }),
+            .map(|(pool, tokens)| SharedPrefix {
+                pool,
+                tokens,
+                zipf: args.prefix_zipf,
+            }),
     })
 }
 
@@ -570,8 +581,15 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
             bail!("need 0 < --rate-lo < --rate-hi");
         }
         let mut probes = Vec::new();
+        let mut failure = None;
         let max_rate = find_max_rate(args.rate_lo, args.rate_hi, args.iterations, |rate| {
-            let row = simulate_rate(&setup, &spec, rate, gate.as_ref());
+            let row = match simulate_rate(&setup, &spec, rate, gate.as_ref()) {
+                Ok(row) => row,
+                Err(e) => {
+                    failure = Some(e);
+                    return false;
+                }
+            };
             let pass = match &row.report {
                 Some(report) => report.capacity_gate_pass,
                 None => row.slo_met >= args.slo_met,
@@ -583,6 +601,9 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
             });
             pass
         });
+        if let Some(e) = failure {
+            return Err(e.into());
+        }
         let criterion = if gate.is_some() {
             "the per-class capacity gate of the manifest passes".to_owned()
         } else {
@@ -612,7 +633,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let rows = simulate_rates(&setup, &spec, &args.rates, gate.as_ref());
+    let rows = simulate_rates(&setup, &spec, &args.rates, gate.as_ref())?;
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         OutputFormat::Text => {
@@ -782,5 +803,328 @@ fn serve_sim(args: ServeSimArgs) -> Result<ExitCode> {
     runtime.block_on(run_fleet(config, async {
         let _ = tokio::signal::ctrl_c().await;
     }))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct LoadgenArgs {
+    /// Base URL of the endpoint, e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    target: String,
+    /// Workload manifest (default: the seed's).
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Open loop at --rate (a rate-sweep point) or closed loop at --concurrency (a
+    /// saturation experiment).
+    #[arg(long, value_enum, default_value = "rate")]
+    mode: LoadModeArg,
+    /// Offered arrival rate (requests per second), open loop.
+    #[arg(long, required_if_eq("mode", "rate"))]
+    rate: Option<f64>,
+    /// Workers, each with one request in flight, closed loop.
+    #[arg(long, required_if_eq("mode", "concurrency"))]
+    concurrency: Option<usize>,
+    /// How long closed-loop workers keep sending (seconds).
+    #[arg(long, default_value_t = 120.0)]
+    duration_s: f64,
+    /// Cache state: unique prompts (cold) or a prewarmed pool of shared prefixes (warm).
+    #[arg(long, value_enum, default_value = "cold")]
+    cache: CacheArg,
+    /// Shared prefixes in the warm pool.
+    #[arg(long, default_value_t = 16)]
+    prefix_pool: u32,
+    /// Tokens of each shared prefix.
+    #[arg(long, default_value_t = 512)]
+    prefix_tokens: u32,
+    /// Zipf exponent of prefix popularity (0 = uniform).
+    #[arg(long, default_value_t = 1.0)]
+    prefix_zipf: f64,
+    /// Directory for requests.csv, summary.json and engine-metrics.json.
+    #[arg(long)]
+    out: PathBuf,
+    /// Send only shard I of N (`I/N`), keeping the global timeline.
+    #[arg(long, default_value = "0/1", value_parser = parse_shard)]
+    shard: (u32, u32),
+    /// Endpoint kind: token-id prompts on /v1/completions, or text on /v1/chat/completions.
+    #[arg(long, value_enum, default_value = "completions")]
+    api: ApiArg,
+    /// Model name to send (default: the manifest's model id).
+    #[arg(long)]
+    model: Option<String>,
+    /// Engine /metrics base URL to scrape during the point; repeatable.
+    #[arg(long = "metrics-url")]
+    metrics_urls: Vec<String>,
+    /// Discover replica /metrics URLs from the target's `GET /replicas` (serve-sim's router).
+    #[arg(long)]
+    metrics_discover: bool,
+    /// Scrape interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    scrape_interval_ms: u64,
+    /// Schedule seed (default: the manifest's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Requests per schedule block (default: the manifest's initial schedule).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Warmup seconds excluded from measurement (default: the manifest's).
+    #[arg(long)]
+    warmup_s: Option<f64>,
+    /// Also exclude the first N requests.
+    #[arg(long, default_value_t = 0)]
+    warmup_requests: u64,
+    /// Shortest measured window, open loop (default: the manifest's minimum duration).
+    #[arg(long)]
+    min_duration_s: Option<f64>,
+    /// Most schedule blocks used to meet the window and sample rules.
+    #[arg(long, default_value_t = 10)]
+    max_blocks: u64,
+    /// Whole-request timeout (default: the manifest's cancellation timeout, else 600 s).
+    #[arg(long)]
+    timeout_s: Option<f64>,
+    /// Longest silence inside a stream.
+    #[arg(long, default_value_t = 60.0)]
+    stall_timeout_s: f64,
+    /// Schedule-lag P99 above which the point is invalid.
+    #[arg(long, default_value_t = 10.0)]
+    max_lag_ms: f64,
+    /// Cap requests in flight (open loop); any lag it causes is measured and can
+    /// invalidate the point.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
+    /// Write every inter-token gap in requests.csv (itl_ms column).
+    #[arg(long)]
+    record_itl: bool,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LoadModeArg {
+    Rate,
+    Concurrency,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CacheArg {
+    Cold,
+    Warm,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ApiArg {
+    Completions,
+    Chat,
+}
+
+fn parse_shard(s: &str) -> Result<(u32, u32), String> {
+    let (i, n) = s.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
+    let i: u32 = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad shard index in `{s}`"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad shard count in `{s}`"))?;
+    if n == 0 || i >= n {
+        return Err(format!("shard {i}/{n}: need 0 <= I < N"));
+    }
+    Ok((i, n))
+}
+
+/// Words per token of the server's tokenizer, measured with `/tokenize` on a sample text.
+async fn calibrate_words_per_token(
+    client: &reqwest::Client,
+    target: &str,
+    model: &str,
+) -> Option<f64> {
+    let words = 400;
+    let text = goodput::loadgen::prompt::prompt_text(0, 0, words, None);
+    let body = serde_json::json!({"model": model, "prompt": text});
+    let r = client
+        .post(format!("{target}/tokenize"))
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
+    let count = v["count"]
+        .as_f64()
+        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
+    (count > 0.0).then(|| f64::from(words) / count)
+}
+
+fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
+    use goodput::loadgen::prompt::{CacheMode, PromptMethod};
+    use goodput::loadgen::run::{LoadConfig, LoadMode};
+    use goodput::loadgen::{Api, Timeouts};
+    use goodput::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec, SharedPrefix};
+
+    let manifest = manifest_or_seed(args.manifest.as_deref())?;
+    let c = manifest.client.clone();
+    let arrival = match c.arrival_pattern {
+        ArrivalPattern::Poisson => Arrival::Poisson,
+        ArrivalPattern::Constant => Arrival::Constant,
+        ArrivalPattern::Gamma => Arrival::Gamma {
+            shape: c.burstiness.unwrap_or(1.0),
+        },
+        ArrivalPattern::Trace => bail!("trace arrivals: not supported by this command yet"),
+    };
+    let warm = matches!(args.cache, CacheArg::Warm);
+    let shared_prefix = warm.then_some(SharedPrefix {
+        pool: args.prefix_pool.max(1),
+        tokens: args.prefix_tokens,
+        zipf: args.prefix_zipf,
+    });
+    let schedule = ScheduleSpec {
+        classes: manifest
+            .workload
+            .iter()
+            .map(|w| ScheduleClass {
+                name: w.name.clone(),
+                mix: w.mix,
+                input_tokens: w.input_tokens,
+                output_tokens: w.output_tokens,
+            })
+            .collect(),
+        requests: args.requests.unwrap_or(c.initial_scheduled_requests),
+        seed: args.seed.unwrap_or(c.request_schedule_seed),
+        arrival,
+        output_jitter: 0.0,
+        shared_prefix,
+    };
+    let mode = match args.mode {
+        LoadModeArg::Rate => {
+            let rate = args.rate.context("--rate is required in rate mode")?;
+            if !(rate.is_finite() && rate > 0.0) {
+                bail!("--rate must be positive");
+            }
+            LoadMode::Rate { rate }
+        }
+        LoadModeArg::Concurrency => LoadMode::Concurrency {
+            concurrency: args
+                .concurrency
+                .context("--concurrency is required")?
+                .max(1),
+            duration_s: args.duration_s,
+        },
+    };
+    let stop_behaviour = manifest.stop.clone();
+    let timeout_s = args
+        .timeout_s
+        .or(manifest
+            .cancellation
+            .as_ref()
+            .map(|x| x.request_timeout_seconds))
+        .unwrap_or(600.0);
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| manifest.model.id.clone());
+    let target = args.target.trim_end_matches('/').to_owned();
+
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let client = goodput::http_client::http_client(
+            reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .tcp_nodelay(true)
+                .pool_max_idle_per_host(usize::MAX),
+        )?;
+        let (text_words_per_token, prompt_method) = match args.api {
+            ApiArg::Completions => (None, PromptMethod::TokenIds),
+            ApiArg::Chat => match calibrate_words_per_token(&client, &target, &model).await {
+                Some(w) => (Some(w), PromptMethod::TextCalibrated),
+                None => (Some(0.75), PromptMethod::TextEstimated),
+            },
+        };
+        let mut metrics_targets = args.metrics_urls.clone();
+        if args.metrics_discover {
+            let found = goodput::engine_metrics::scrape::discover_targets(&client, &target)
+                .await
+                .with_context(|| format!("discovering replicas from {target}/replicas"))?;
+            metrics_targets.extend(found);
+        }
+        let config = LoadConfig {
+            target: target.clone(),
+            model,
+            api: match args.api {
+                ApiArg::Completions => Api::Completions,
+                ApiArg::Chat => Api::Chat,
+            },
+            mode,
+            cache: if warm { CacheMode::Warm } else { CacheMode::Cold },
+            shared_prefix,
+            seed: schedule.seed,
+            timeouts: Timeouts {
+                request: std::time::Duration::from_secs_f64(timeout_s.max(0.001)),
+                stall: std::time::Duration::from_secs_f64(args.stall_timeout_s.max(0.001)),
+                connect: std::time::Duration::from_secs(10),
+            },
+            warmup_s: args.warmup_s.unwrap_or(c.warmup_seconds),
+            warmup_requests: args.warmup_requests,
+            ignore_eos: stop_behaviour.as_ref().is_none_or(|s| s.ignore_eos),
+            min_tokens: stop_behaviour.as_ref().is_none_or(|s| s.fixed_output_length),
+            temperature: manifest.sampling.as_ref().and_then(|s| s.temperature),
+            text_words_per_token,
+            prompt_method,
+            max_in_flight: args.max_in_flight,
+            progress: !args.quiet,
+        };
+        let plan = goodput::loadgen::point::PointPlan {
+            schedule,
+            min_duration_s: args.min_duration_s.unwrap_or(c.minimum_duration_seconds),
+            min_per_class: manifest.acceptance.min_successful_samples_per_class,
+            max_blocks: args.max_blocks,
+            shard: args.shard,
+            gate: manifest.gate_config(),
+            metrics_targets,
+            scrape_interval: std::time::Duration::from_millis(args.scrape_interval_ms.max(10)),
+            max_lag_ms: args.max_lag_ms,
+            record_itl: args.record_itl,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let term = async {
+                #[cfg(unix)]
+                {
+                    if let Ok(mut s) =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        s.recv().await;
+                        return;
+                    }
+                }
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term => {}
+            }
+            eprintln!("loadgen: stopping; writing what was measured");
+            let _ = stop_tx.send(true);
+        });
+        let summary =
+            goodput::loadgen::point::run_and_write(client, config, plan, &args.out, stop_rx).await?;
+        if !args.quiet {
+            eprint!("{}", summary.report.human_summary());
+            eprintln!(
+                "{}: sent {}, measured {}, lag p50/p99/max {:.2}/{:.2}/{:.2} ms, peak in flight {}, window {:.1} s",
+                summary.experiment,
+                summary.client.sent,
+                summary.client.measured,
+                summary.client.schedule_lag_ms.p50,
+                summary.client.schedule_lag_ms.p99,
+                summary.client.schedule_lag_ms.max,
+                summary.client.peak_in_flight,
+                summary.client.window_s
+            );
+            for r in &summary.validity.reasons {
+                eprintln!("not capacity evidence: {r}");
+            }
+        }
+        anyhow::Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -31,14 +31,15 @@ impl PythonRandom {
 fn seed_arrivals(rate: f64) -> Vec<SimArrival> {
     let mut rng = PythonRandom::new(0);
     let mut t = 0.0;
-    (0..2000)
-        .map(|_| {
+    (0..2000u64)
+        .map(|index| {
             t += rng.expovariate(rate);
             SimArrival {
-                at: t,
+                index,
+                at_s: t,
                 class: 0,
-                input_len: 1024,
-                output_len: 256,
+                input_tokens: 1024,
+                output_tokens: 256,
                 prefix: None,
             }
         })

@@ -3,9 +3,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rand::{Rng, RngExt, SeedableRng};
-use rand_distr::{Distribution, Exp, Gamma};
-use rand_pcg::Pcg64;
 use serde::Serialize;
 
 use super::engine::{Engine, EngineStats, NewRequest, synthetic_block_hashes};
@@ -14,7 +11,10 @@ use crate::analysis::{
     ClassSlo, GateConfig, PointReport, PointSummary, QueueTrend, Success, meets_slo,
     nearest_rank_many, queue_slope, tpot_ms,
 };
-use crate::workload::stratified_counts;
+pub use crate::workload::schedule::{Arrival, SharedPrefix};
+use crate::workload::schedule::{
+    ScheduleClass, ScheduleError, ScheduleSpec, ScheduledRequest, build_schedule,
+};
 
 /// One request shape of the workload and its request-level SLO.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,29 +31,6 @@ pub struct ClassShape {
     pub ttft_cutoff_ms: f64,
     /// TPOT cutoff of one request.
     pub tpot_cutoff_ms: f64,
-}
-
-/// Inter-arrival process.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Arrival {
-    /// Exponential gaps.
-    Poisson,
-    /// Gamma gaps of the given shape (1 = Poisson, below 1 burstier), same mean.
-    Gamma {
-        /// Gamma shape.
-        shape: f64,
-    },
-    /// Equal gaps.
-    Constant,
-}
-
-/// Prompts that start with one of a pool of shared prefixes (for prefix caching).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SharedPrefix {
-    /// Distinct prefixes, chosen uniformly.
-    pub pool: u32,
-    /// Tokens of each prefix (capped below the prompt length).
-    pub tokens: u32,
 }
 
 /// A seeded open-loop workload; only the rate varies between points of a sweep.
@@ -101,74 +78,36 @@ impl WorkloadSpec {
     }
 }
 
-/// One scheduled request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SimArrival {
-    /// Arrival time (seconds).
-    pub at: f64,
-    /// Class index.
-    pub class: usize,
-    /// Prompt tokens.
-    pub input_len: u32,
-    /// Output tokens.
-    pub output_len: u32,
-    /// Shared prefix id, if the prompt has one.
-    pub prefix: Option<u32>,
-}
-
-/// Builds the schedule: exact per-class counts, shuffled, then gaps from the arrival process.
-pub fn build_arrivals(spec: &WorkloadSpec, rate: f64) -> Vec<SimArrival> {
-    let mut rng = Pcg64::seed_from_u64(spec.seed);
-    let mixes: Vec<f64> = spec.classes.iter().map(|c| c.mix).collect();
-    let counts = stratified_counts(&mixes, spec.requests as u64);
-    let mut classes: Vec<usize> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(i, &n)| std::iter::repeat_n(i, n as usize))
-        .collect();
-    for i in (1..classes.len()).rev() {
-        classes.swap(i, rng.random_range(0..=i));
-    }
-    // The distributions are built from a positive rate and shape, checked by the caller.
-    let exp = Exp::new(rate).expect("rate is positive");
-    let gamma = match spec.arrival {
-        Arrival::Gamma { shape } => {
-            Some(Gamma::new(shape, 1.0 / (shape * rate)).expect("shape is positive"))
+impl WorkloadSpec {
+    /// The schedule this workload sends (the load generator builds the same one).
+    pub fn schedule_spec(&self) -> ScheduleSpec {
+        ScheduleSpec {
+            classes: self
+                .classes
+                .iter()
+                .map(|c| ScheduleClass {
+                    name: c.name.clone(),
+                    mix: c.mix,
+                    input_tokens: c.input_tokens,
+                    output_tokens: c.output_tokens,
+                })
+                .collect(),
+            requests: self.requests as u64,
+            seed: self.seed,
+            arrival: self.arrival.clone(),
+            output_jitter: self.output_jitter,
+            shared_prefix: self.shared_prefix,
         }
-        _ => None,
-    };
-    let mut t = 0.0;
-    classes
-        .into_iter()
-        .map(|class| {
-            t += match spec.arrival {
-                Arrival::Poisson => exp.sample(&mut rng),
-                Arrival::Gamma { .. } => gamma.as_ref().map_or(0.0, |g| g.sample(&mut rng)),
-                Arrival::Constant => 1.0 / rate,
-            };
-            let shape = &spec.classes[class];
-            let output_len = jittered(&mut rng, shape.output_tokens, spec.output_jitter);
-            let prefix = spec
-                .shared_prefix
-                .map(|p| rng.random_range(0..p.pool.max(1)));
-            SimArrival {
-                at: t,
-                class,
-                input_len: shape.input_tokens,
-                output_len,
-                prefix,
-            }
-        })
-        .collect()
+    }
 }
 
-fn jittered(rng: &mut impl Rng, mean: u32, jitter: f64) -> u32 {
-    if jitter <= 0.0 {
-        return mean;
-    }
-    let lo = (f64::from(mean) * (1.0 - jitter)).round().max(1.0);
-    let hi = (f64::from(mean) * (1.0 + jitter)).round().max(lo);
-    rng.random_range(lo as u32..=hi as u32)
+/// One scheduled request of a simulated run.
+pub type SimArrival = ScheduledRequest;
+
+/// Builds the schedule: exact per-class counts, shuffled, then gaps from the arrival process
+/// (the load generator's schedule for the same workload and rate).
+pub fn build_arrivals(spec: &WorkloadSpec, rate: f64) -> Result<Vec<SimArrival>, ScheduleError> {
+    build_schedule(&spec.schedule_spec(), rate, 1)
 }
 
 /// What happened to one request.
@@ -206,36 +145,36 @@ pub fn run(setup: &Setup, spec: &WorkloadSpec, arrivals: &[SimArrival]) -> RunRe
     let mut queue_samples = Vec::with_capacity(arrivals.len());
     let mut next = 0;
     loop {
-        while next < arrivals.len() && arrivals[next].at <= engine.now() {
+        while next < arrivals.len() && arrivals[next].at_s <= engine.now() {
             let a = &arrivals[next];
-            queue_samples.push((a.at, engine.stats().waiting as f64));
+            queue_samples.push((a.at_s, engine.stats().waiting as f64));
             let block_hashes = match (a.prefix, spec.shared_prefix, setup.prefix_caching) {
                 (Some(p), Some(shared), true) => synthetic_block_hashes(
                     u64::from(p),
-                    shared.tokens.min(a.input_len.saturating_sub(1)),
+                    shared.tokens.min(a.input_tokens.saturating_sub(1)),
                     next as u64,
-                    a.input_len,
+                    a.input_tokens,
                     setup.block_size,
                 ),
                 _ => Vec::new(),
             };
             let id = engine.submit(NewRequest {
-                input_len: a.input_len,
-                output_len: a.output_len,
+                input_len: a.input_tokens,
+                output_len: a.output_tokens,
                 block_hashes,
             });
             if by_slot.len() <= id.slot() {
                 by_slot.resize(id.slot() + 1, 0);
             }
             by_slot[id.slot()] = next;
-            outcomes[next].arrival = a.at;
+            outcomes[next].arrival = a.at_s;
             next += 1;
         }
         if engine.is_idle() {
             if next == arrivals.len() {
                 break;
             }
-            engine.advance_to(arrivals[next].at);
+            engine.advance_to(arrivals[next].at_s);
             continue;
         }
         engine.step();
@@ -348,7 +287,7 @@ pub fn summarize(
     let ttft_p = nearest_rank_many(&mut ttft, &[0.5, 0.99]);
     let tpot_p = nearest_rank_many(&mut tpot, &[0.5, 0.99]);
     // The trend is judged while arrivals last, after the first 10% of the schedule.
-    let last_arrival = arrivals.last().map_or(0.0, |a| a.at);
+    let last_arrival = arrivals.last().map_or(0.0, |a| a.at_s);
     let window: Vec<(f64, f64)> = run
         .queue_samples
         .iter()
@@ -383,10 +322,10 @@ pub fn simulate_rate(
     spec: &WorkloadSpec,
     rate: f64,
     gate: Option<&GateConfig>,
-) -> RateRow {
-    let arrivals = build_arrivals(spec, rate);
+) -> Result<RateRow, ScheduleError> {
+    let arrivals = build_arrivals(spec, rate)?;
     let result = run(setup, spec, &arrivals);
-    summarize(rate, spec, &arrivals, &result, gate)
+    Ok(summarize(rate, spec, &arrivals, &result, gate))
 }
 
 /// Simulates several rates on all cores (each rate is independent and seeded, so the rows
@@ -396,7 +335,7 @@ pub fn simulate_rates(
     spec: &WorkloadSpec,
     rates: &[f64],
     gate: Option<&GateConfig>,
-) -> Vec<RateRow> {
+) -> Result<Vec<RateRow>, ScheduleError> {
     let workers = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(rates.len());
@@ -407,7 +346,7 @@ pub fn simulate_rates(
             .collect();
     }
     let next = AtomicUsize::new(0);
-    let mut rows: Vec<Option<RateRow>> = vec![None; rates.len()];
+    let mut rows: Vec<Option<Result<RateRow, ScheduleError>>> = vec![None; rates.len()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {

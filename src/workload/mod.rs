@@ -2,6 +2,7 @@
 //! from it (class cutoffs and gate thresholds).
 
 mod manifest;
+pub mod schedule;
 mod validate;
 
 use std::path::{Path, PathBuf};

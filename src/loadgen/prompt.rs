@@ -1,0 +1,152 @@
+//! Prompt synthesis. By default a prompt is an array of token ids of exactly the scheduled
+//! length (the OpenAI completions API accepts them, and the engine then sees exactly that
+//! many input tokens; no tokenizer is involved). Chat needs text: words are generated and
+//! their count calibrated once per run against the server's `/tokenize` when it has one,
+//! else estimated at 0.75 words per token; the method is reported with the results.
+//!
+//! Cache state is part of the experiment:
+//! - `cold`: every prompt starts with tokens unique to the request (seeded by the schedule
+//!   seed and the request index), so no prefix is shared and the prefix-cache hit rate
+//!   should stay near zero;
+//! - `warm`: prompts start with one of a pinned pool of shared prefixes (the schedule draws
+//!   which, with a fixed popularity), followed by unique tokens; a prewarm phase sends every
+//!   prefix once before measurement starts.
+
+use serde::Serialize;
+
+use super::Prompt;
+
+/// Token ids are drawn from this range, away from the special tokens most vocabularies put
+/// at the start and the end.
+const TOKEN_LO: u32 = 1000;
+const TOKEN_HI: u32 = 30_000;
+
+/// Cache state of the experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    /// Unique prompts: nothing to reuse.
+    Cold,
+    /// A pinned pool of shared prefixes, prewarmed before measurement.
+    Warm,
+}
+
+/// How prompts were made, as reported in the summary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptMethod {
+    /// Token-id arrays of exact length.
+    TokenIds,
+    /// Text whose length was calibrated with the server's `/tokenize`.
+    TextCalibrated,
+    /// Text at an assumed 0.75 words per token (no tokenizer available).
+    TextEstimated,
+}
+
+/// SplitMix64: one well-mixed 64-bit value per (seed, stream, position); prompt tokens need
+/// no more than that and must be cheap to regenerate on the hot path.
+fn mix(seed: u64, stream: u64, position: u64) -> u64 {
+    let mut z = seed
+        ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ position.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn token(seed: u64, stream: u64, position: u64) -> u32 {
+    TOKEN_LO + (mix(seed, stream, position) % u64::from(TOKEN_HI - TOKEN_LO)) as u32
+}
+
+/// Streams: shared prefix `p` uses `p`, request `i`'s unique part uses `2^63 + i`.
+const UNIQUE: u64 = 1 << 63;
+
+/// Token ids of one prompt: `input_tokens` long; in warm mode it starts with shared prefix
+/// `prefix` (`prefix_tokens` long, capped one below the prompt length).
+pub fn prompt_tokens(
+    seed: u64,
+    index: u64,
+    input_tokens: u32,
+    prefix: Option<(u32, u32)>,
+) -> Vec<u32> {
+    let n = input_tokens.max(1);
+    let shared = prefix.map_or(0, |(_, len)| len.min(n - 1));
+    let mut out = Vec::with_capacity(n as usize);
+    if let Some((p, _)) = prefix {
+        out.extend((0..shared).map(|k| token(seed, u64::from(p), u64::from(k))));
+    }
+    out.extend((shared..n).map(|k| token(seed, UNIQUE | index, u64::from(k))));
+    out
+}
+
+/// Words used for text prompts (short, common, one or two tokens each in most tokenizers).
+const WORDS: [&str; 16] = [
+    "the", "model", "serves", "tokens", "under", "load", "while", "every", "class", "meets", "its",
+    "latency", "target", "with", "spare", "capacity",
+];
+
+/// A text prompt of `words` words, unique to the request unless it shares a prefix.
+pub fn prompt_text(seed: u64, index: u64, words: u32, prefix: Option<(u32, u32)>) -> String {
+    let tokens = prompt_tokens(seed, index, words, prefix);
+    let mut s = String::with_capacity(tokens.len() * 7);
+    for (i, t) in tokens.iter().enumerate() {
+        if i > 0 {
+            s.push(' ');
+        }
+        s.push_str(WORDS[(*t as usize) % WORDS.len()]);
+    }
+    s
+}
+
+/// Builds the prompt of one request.
+pub fn build_prompt(
+    text: bool,
+    words_per_token: f64,
+    seed: u64,
+    index: u64,
+    input_tokens: u32,
+    prefix: Option<(u32, u32)>,
+) -> Prompt {
+    if text {
+        let words = ((f64::from(input_tokens) * words_per_token).round() as u32).max(1);
+        let prefix_words =
+            prefix.map(|(p, len)| (p, ((f64::from(len) * words_per_token) as u32).max(1)));
+        Prompt::Text(prompt_text(seed, index, words, prefix_words))
+    } else {
+        Prompt::Tokens(prompt_tokens(seed, index, input_tokens, prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_length_unique_unless_shared() {
+        let a = prompt_tokens(7, 1, 1024, None);
+        let b = prompt_tokens(7, 2, 1024, None);
+        assert_eq!(a.len(), 1024);
+        assert_ne!(a[..16], b[..16]);
+        assert_eq!(a, prompt_tokens(7, 1, 1024, None));
+        assert!(a.iter().all(|t| (TOKEN_LO..TOKEN_HI).contains(t)));
+
+        let w1 = prompt_tokens(7, 1, 1024, Some((3, 512)));
+        let w2 = prompt_tokens(7, 2, 1024, Some((3, 512)));
+        assert_eq!(w1[..512], w2[..512]);
+        assert_ne!(w1[512..528], w2[512..528]);
+        // A prefix never covers the whole prompt.
+        assert_eq!(
+            prompt_tokens(7, 1, 100, Some((3, 512)))[..99],
+            prompt_tokens(7, 9, 100, Some((3, 512)))[..99]
+        );
+    }
+
+    #[test]
+    fn text_prompts_have_the_asked_words() {
+        let t = prompt_text(1, 1, 50, None);
+        assert_eq!(t.split(' ').count(), 50);
+        assert!(
+            matches!(build_prompt(true, 0.75, 1, 1, 100, None), Prompt::Text(s) if s.split(' ').count() == 75)
+        );
+    }
+}

@@ -1,0 +1,449 @@
+//! Running one test point: open loop on a precise schedule, or closed loop with N workers.
+//!
+//! Open loop: a dedicated thread sleeps until each request's scheduled time and hands it to
+//! the async runtime; the request's latencies are measured from the scheduled time and the
+//! scheduled-to-sent lag is recorded. Nothing caps requests in flight unless asked
+//! (`max_in_flight`), and then the lag it causes shows in the figures and can invalidate
+//! the point. Closed loop: each worker sends its next request when the previous one ends;
+//! the result is a saturation experiment, never a capacity.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use super::client::send;
+use super::prompt::{CacheMode, PromptMethod, build_prompt};
+use super::record::RequestRecord;
+use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
+use crate::analysis::nearest_rank_many;
+use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
+
+/// Open or closed loop.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum LoadMode {
+    /// Open loop at the schedule's times (its rate).
+    Rate {
+        /// Offered rate (requests per second), as the schedule was built.
+        rate: f64,
+    },
+    /// Closed loop: `concurrency` workers for `duration_s`.
+    Concurrency {
+        /// Workers, each with one request in flight.
+        concurrency: usize,
+        /// How long workers start new requests.
+        duration_s: f64,
+    },
+}
+
+/// Everything one point needs besides its schedule.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// Base URL of the endpoint (`http://host:port`).
+    pub target: String,
+    /// Model name sent with every request.
+    pub model: String,
+    /// Endpoint kind.
+    pub api: Api,
+    /// Open or closed loop.
+    pub mode: LoadMode,
+    /// Cold (unique prompts) or warm (shared prefixes, prewarmed).
+    pub cache: CacheMode,
+    /// Shared prefixes (warm cache).
+    pub shared_prefix: Option<SharedPrefix>,
+    /// Seed of the prompt tokens (the schedule's seed).
+    pub seed: u64,
+    /// Per-request limits.
+    pub timeouts: Timeouts,
+    /// Requests scheduled before this many seconds are warmup, not measured.
+    pub warmup_s: f64,
+    /// The first this-many requests are warmup, not measured.
+    pub warmup_requests: u64,
+    /// Send `ignore_eos` (fixed output length).
+    pub ignore_eos: bool,
+    /// Also send `min_tokens` = `max_tokens`.
+    pub min_tokens: bool,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Text prompts (chat) instead of token ids; words per token for their length.
+    pub text_words_per_token: Option<f64>,
+    /// How prompt lengths were set, for the summary.
+    pub prompt_method: PromptMethod,
+    /// A cap on requests in flight (open loop); `None` = no cap.
+    pub max_in_flight: Option<usize>,
+    /// Print progress to stderr.
+    pub progress: bool,
+}
+
+/// What the client itself saw while running the point.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClientFacts {
+    /// Requests sent (warmup included).
+    pub sent: u64,
+    /// Requests measured.
+    pub measured: u64,
+    /// Requests excluded as warmup.
+    pub warmup_excluded: u64,
+    /// Highest number of requests in flight at once.
+    pub peak_in_flight: usize,
+    /// Scheduled-to-sent lag (ms): p50, p99, max over measured requests.
+    pub schedule_lag_ms: LagFigures,
+    /// Measured window (s): from its first scheduled send to its last.
+    pub window_s: f64,
+    /// Successes whose server usage and counted chunks disagree.
+    pub tokens_mismatches: u64,
+    /// Successes that ended before `max_tokens`.
+    pub short_outputs: u64,
+    /// The run was stopped before its schedule ended.
+    pub incomplete: bool,
+    /// `(time s, requests in flight)` sampled every 100 ms.
+    pub in_flight_series: Vec<(f64, f64)>,
+}
+
+/// Lag percentiles (nearest-rank).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LagFigures {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// A finished point: every record (warmup flagged out) and the client's facts.
+#[derive(Debug)]
+pub struct PointRun {
+    /// Measured requests, in schedule order.
+    pub records: Vec<RequestRecord>,
+    /// Client facts.
+    pub client: ClientFacts,
+    /// When the run started (the schedule's time zero).
+    pub start: Instant,
+}
+
+struct Shared {
+    client: reqwest::Client,
+    config: LoadConfig,
+    start: Instant,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    sent: AtomicU64,
+    cap: Option<Semaphore>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Shared {
+    fn spec_for(&self, r: &ScheduledRequest) -> RequestSpec {
+        let prefix = match (self.config.cache, self.config.shared_prefix, r.prefix) {
+            (CacheMode::Warm, Some(sp), Some(p)) => Some((p, sp.tokens)),
+            _ => None,
+        };
+        RequestSpec {
+            model: self.config.model.clone(),
+            api: self.config.api,
+            prompt: build_prompt(
+                self.config.text_words_per_token.is_some(),
+                self.config.text_words_per_token.unwrap_or(1.0),
+                self.config.seed,
+                r.index,
+                r.input_tokens,
+                prefix,
+            ),
+            max_tokens: r.output_tokens,
+            min_tokens: self.config.min_tokens.then_some(r.output_tokens),
+            ignore_eos: self.config.ignore_eos,
+            temperature: self.config.temperature,
+        }
+    }
+
+    /// Sends one request, honouring the stop signal; the outcome is `Cancelled` if stopped.
+    async fn run_one(&self, r: &ScheduledRequest) -> RequestOutcome {
+        let spec = self.spec_for(r);
+        let _permit = match &self.cap {
+            Some(sem) => sem.acquire().await.ok(),
+            None => None,
+        };
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        let mut stop = self.stop.clone();
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            o = send(&self.client, &self.config.target, &spec, &self.config.timeouts) => o,
+            _ = stop.wait_for(|s| *s) => cancelled(started),
+        };
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        outcome
+    }
+}
+
+fn cancelled(sent: Instant) -> RequestOutcome {
+    RequestOutcome {
+        sent,
+        first_token: None,
+        last_token: None,
+        ended: Instant::now(),
+        content_chunks: 0,
+        itl_ms: Vec::new(),
+        usage_completion_tokens: None,
+        usage_prompt_tokens: None,
+        finish_reason: None,
+        http_status: None,
+        error: Some(ErrorKind::Cancelled),
+        error_message: Some("the run was stopped".into()),
+    }
+}
+
+/// Sends each shared prefix once (warm cache) and waits for them, so measurement starts
+/// with the cache state in place.
+pub async fn prewarm(client: &reqwest::Client, config: &LoadConfig, input_tokens: u32) -> usize {
+    let Some(sp) = config.shared_prefix else {
+        return 0;
+    };
+    let mut ok = 0;
+    for p in 0..sp.pool {
+        let spec = RequestSpec {
+            model: config.model.clone(),
+            api: config.api,
+            prompt: build_prompt(
+                config.text_words_per_token.is_some(),
+                config.text_words_per_token.unwrap_or(1.0),
+                config.seed,
+                u64::MAX - u64::from(p),
+                input_tokens.max(sp.tokens + 1),
+                Some((p, sp.tokens)),
+            ),
+            max_tokens: 1,
+            min_tokens: None,
+            ignore_eos: true,
+            temperature: config.temperature,
+        };
+        if send(client, &config.target, &spec, &config.timeouts)
+            .await
+            .error
+            .is_none()
+        {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+/// Runs one point over `schedule` (already sharded). `stop` ends it early (Ctrl-C): what was
+/// measured is kept and the point is marked incomplete.
+pub async fn run_point(
+    client: reqwest::Client,
+    config: LoadConfig,
+    schedule: Vec<ScheduledRequest>,
+    stop: watch::Receiver<bool>,
+) -> PointRun {
+    let start = Instant::now();
+    let shared = Arc::new(Shared {
+        client,
+        cap: config.max_in_flight.map(Semaphore::new),
+        config,
+        start,
+        in_flight: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+        sent: AtomicU64::new(0),
+        stop: stop.clone(),
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel::<RequestRecord>();
+    let series = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sampler = tokio::spawn(sample_in_flight(shared.clone(), series.clone()));
+    let total = schedule.len();
+    let stopped_early = Arc::new(AtomicBool::new(false));
+
+    match shared.config.mode {
+        LoadMode::Rate { .. } => {
+            let handle = tokio::runtime::Handle::current();
+            let sh = shared.clone();
+            let stop_flag = stopped_early.clone();
+            let stop_rx = stop.clone();
+            let tx = tx.clone();
+            // A plain thread keeps to the schedule within tens of microseconds; tokio's
+            // timer would round every send up to the next millisecond.
+            let pacer = std::thread::spawn(move || {
+                for r in schedule {
+                    if *stop_rx.borrow() {
+                        stop_flag.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    let due = sh.start + Duration::from_secs_f64(r.at_s);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    let sh = sh.clone();
+                    let tx = tx.clone();
+                    handle.spawn(async move {
+                        let outcome = sh.run_one(&r).await;
+                        let rec = RequestRecord::new(
+                            r.index,
+                            r.class,
+                            sh.start,
+                            due,
+                            r.input_tokens,
+                            r.output_tokens,
+                            outcome,
+                        );
+                        let _ = tx.send(rec);
+                    });
+                }
+            });
+            // The pacer only sleeps and spawns; it cannot panic short of a bug.
+            let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
+        }
+        LoadMode::Concurrency {
+            concurrency,
+            duration_s,
+        } => {
+            let next = Arc::new(AtomicU64::new(0));
+            let schedule = Arc::new(schedule);
+            let deadline = start + Duration::from_secs_f64(duration_s);
+            let workers: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    let sh = shared.clone();
+                    let tx = tx.clone();
+                    let next = next.clone();
+                    let schedule = schedule.clone();
+                    let stop_flag = stopped_early.clone();
+                    tokio::spawn(async move {
+                        while Instant::now() < deadline && !schedule.is_empty() {
+                            if *sh.stop.borrow() {
+                                stop_flag.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let mut r = schedule[(i % schedule.len() as u64) as usize].clone();
+                            r.index = i;
+                            let outcome = sh.run_one(&r).await;
+                            let sent = outcome.sent;
+                            let rec = RequestRecord::new(
+                                i,
+                                r.class,
+                                sh.start,
+                                sent,
+                                r.input_tokens,
+                                r.output_tokens,
+                                outcome,
+                            );
+                            let _ = tx.send(rec);
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+    }
+    drop(tx);
+    let mut records = Vec::with_capacity(total);
+    let mut last_report = Instant::now();
+    while let Some(rec) = rx.recv().await {
+        records.push(rec);
+        if shared.config.progress && last_report.elapsed() >= Duration::from_secs(5) {
+            last_report = Instant::now();
+            eprintln!(
+                "loadgen: {} done, {} in flight, {:.0} s",
+                records.len(),
+                shared.in_flight.load(Ordering::Relaxed),
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    sampler.abort();
+    let _ = sampler.await;
+    // The sampler is gone, so nobody else holds the lock; a poisoned lock still has data.
+    let in_flight_series = std::mem::take(&mut *series.lock().unwrap_or_else(|e| e.into_inner()));
+    records.sort_by_key(|r| r.index);
+    finish(
+        shared,
+        records,
+        in_flight_series,
+        stopped_early.load(Ordering::Relaxed) || *stop.borrow(),
+    )
+}
+
+/// Samples requests in flight every 100 ms until aborted.
+async fn sample_in_flight(shared: Arc<Shared>, series: Arc<std::sync::Mutex<Vec<(f64, f64)>>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let point = (
+            shared.start.elapsed().as_secs_f64(),
+            shared.in_flight.load(Ordering::Relaxed) as f64,
+        );
+        series.lock().unwrap_or_else(|e| e.into_inner()).push(point);
+    }
+}
+
+fn finish(
+    shared: Arc<Shared>,
+    all: Vec<RequestRecord>,
+    in_flight_series: Vec<(f64, f64)>,
+    incomplete: bool,
+) -> PointRun {
+    let cfg = &shared.config;
+    let (measured, warmup): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| match cfg.mode {
+        LoadMode::Rate { .. } => r.scheduled_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
+        LoadMode::Concurrency { .. } => r.sent_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
+    });
+    let mut lags: Vec<f64> = measured
+        .iter()
+        .map(RequestRecord::schedule_lag_ms)
+        .collect();
+    let lag = nearest_rank_many(&mut lags, &[0.5, 0.99, 1.0]);
+    let first = measured
+        .iter()
+        .map(|r| r.scheduled_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = measured
+        .iter()
+        .map(|r| r.scheduled_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let window_s = match cfg.mode {
+        LoadMode::Rate { rate } => {
+            // n arrivals span n − 1 gaps; add one mean gap so n requests over T give n / T.
+            if measured.is_empty() {
+                0.0
+            } else {
+                (last - first) + 1.0 / rate
+            }
+        }
+        LoadMode::Concurrency { duration_s, .. } => (duration_s - cfg.warmup_s).max(0.0),
+    };
+    let client = ClientFacts {
+        sent: shared.sent.load(Ordering::Relaxed),
+        measured: measured.len() as u64,
+        warmup_excluded: warmup.len() as u64,
+        peak_in_flight: shared.peak.load(Ordering::Relaxed),
+        schedule_lag_ms: LagFigures {
+            p50: lag[0].unwrap_or(0.0),
+            p99: lag[1].unwrap_or(0.0),
+            max: lag[2].unwrap_or(0.0),
+        },
+        window_s,
+        tokens_mismatches: measured
+            .iter()
+            .filter(|r| {
+                r.ok()
+                    && r.output_tokens_usage
+                        .is_some_and(|u| u != r.output_tokens_counted)
+            })
+            .count() as u64,
+        short_outputs: measured.iter().filter(|r| r.short_output()).count() as u64,
+        incomplete,
+        in_flight_series,
+    };
+    PointRun {
+        records: measured,
+        client,
+        start: shared.start,
+    }
+}
