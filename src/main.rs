@@ -821,6 +821,10 @@ struct LoadgenArgs {
     /// Offered arrival rate (requests per second), open loop.
     #[arg(long, required_if_eq("mode", "rate"))]
     rate: Option<f64>,
+    /// Replay a trace CSV (`timestamp_s` and optional `class`, `input_tokens`,
+    /// `output_tokens`) instead of generating arrivals; --rate is then only a label.
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Workers, each with one request in flight, closed loop.
     #[arg(long, required_if_eq("mode", "concurrency"))]
     concurrency: Option<usize>,
@@ -963,13 +967,16 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
 
     let manifest = manifest_or_seed(args.manifest.as_deref())?;
     let c = manifest.client.clone();
-    let arrival = match c.arrival_pattern {
-        ArrivalPattern::Poisson => Arrival::Poisson,
-        ArrivalPattern::Constant => Arrival::Constant,
-        ArrivalPattern::Gamma => Arrival::Gamma {
+    let arrival = match (&args.trace, c.arrival_pattern) {
+        (Some(path), _) => Arrival::Trace(goodput::workload::schedule::read_trace(path)?),
+        (None, ArrivalPattern::Poisson) => Arrival::Poisson,
+        (None, ArrivalPattern::Constant) => Arrival::Constant,
+        (None, ArrivalPattern::Gamma) => Arrival::Gamma {
             shape: c.burstiness.unwrap_or(1.0),
         },
-        ArrivalPattern::Trace => bail!("trace arrivals: not supported by this command yet"),
+        (None, ArrivalPattern::Trace) => {
+            bail!("the manifest's arrival pattern is `trace`: give the trace with --trace FILE")
+        }
     };
     let warm = matches!(args.cache, CacheArg::Warm);
     let shared_prefix = warm.then_some(SharedPrefix {

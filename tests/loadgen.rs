@@ -366,3 +366,35 @@ fn the_cli_writes_a_point() {
     );
     rt.block_on(f.shutdown());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_under_the_sample_minimum_continue_the_schedule() {
+    let half_fail = FaultConfig {
+        error_fraction: 0.5,
+        error_status: 503,
+        ..FaultConfig::default()
+    };
+    let f = fleet(20.0, half_fail).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = plan(
+        vec![class("chat", 1.0, 32, 4)],
+        40,
+        Arrival::Poisson,
+        gate(&[("chat", 1e6, 1e6)]),
+    );
+    // 40 scheduled, about half fail: 30 successes need more blocks.
+    p.min_per_class = 30;
+    p.max_blocks = 6;
+    let s = run(config(f.router_url(), 200.0), p, dir.path()).await;
+    assert!(s.schedule.continuations >= 1, "{:?}", s.schedule);
+    assert!(s.report.successful >= 30, "{}", s.report.successful);
+    assert_eq!(s.report.attempted, 40 * s.schedule.blocks);
+    let csv = std::fs::read_to_string(dir.path().join("requests.csv")).unwrap();
+    let ids: std::collections::BTreeSet<&str> = csv.lines().skip(1).map(|l| &l[..9]).collect();
+    assert_eq!(
+        ids.len() as u64,
+        s.report.attempted,
+        "request ids are unique"
+    );
+    f.shutdown().await;
+}

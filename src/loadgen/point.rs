@@ -127,8 +127,11 @@ pub struct ScheduleFacts {
     pub requests: usize,
     /// `i/N`.
     pub shard: String,
-    /// FNV-1a of the whole (unsharded) schedule.
+    /// FNV-1a of the whole (unsharded) initial schedule.
     pub hash: String,
+    /// Blocks appended after the run because failures left a class under the sample
+    /// minimum (each sent after the previous part drained).
+    pub continuations: u64,
 }
 
 /// Engine scraping facts.
@@ -186,14 +189,49 @@ pub async fn run_and_write(
             },
         ))
     });
-    let run = run_point(client, config.clone(), mine, stop).await;
+    let mut run = run_point(client.clone(), config.clone(), mine, stop.clone()).await;
+    // Failures can leave a class under the sample minimum although enough were scheduled:
+    // continue the same schedule (next blocks) before the point is final.
+    let mut blocks = blocks;
+    let mut continued = 0;
+    let mut next_index = whole.len() as u64;
+    let mut last_at = whole.last().map_or(0.0, |r| r.at_s);
+    while !closed
+        && !run.client.incomplete
+        && blocks < plan.max_blocks
+        && short_classes(&plan, &run).is_some()
+    {
+        let next = build_block(&plan.schedule, rate, blocks, last_at, next_index)?;
+        next_index += next.len() as u64;
+        blocks += 1;
+        continued += 1;
+        let first_at = next.first().map_or(last_at, |r| r.at_s);
+        last_at = next.last().map_or(last_at, |r| r.at_s);
+        // Send the continuation now, on its own clock; records are moved back onto the
+        // point's timeline below.
+        let part: Vec<ScheduledRequest> = shard(&next, plan.shard.0, plan.shard.1)
+            .into_iter()
+            .map(|mut r| {
+                r.at_s -= first_at;
+                r
+            })
+            .collect();
+        let offset = run.start.elapsed().as_secs_f64();
+        let more_config = LoadConfig {
+            warmup_s: 0.0,
+            warmup_requests: 0,
+            ..config.clone()
+        };
+        let more = run_point(client.clone(), more_config, part, stop.clone()).await;
+        merge_runs(&mut run, more, offset);
+    }
     let _ = scrape_stop_tx.send(true);
     let series = match scraper {
         Some(task) => task.await.ok(),
         None => None,
     };
 
-    let summary = summarize(
+    let mut summary = summarize(
         &config,
         &plan,
         &run,
@@ -206,8 +244,11 @@ pub async fn run_and_write(
             requests,
             shard: format!("{}/{}", plan.shard.0, plan.shard.1),
             hash: format!("{hash:016x}"),
+            continuations: 0,
         },
     )?;
+    summary.schedule.continuations = continued;
+    summary.schedule.blocks = blocks;
 
     std::fs::create_dir_all(out_dir)
         .map_err(|e| PointError::Write(out_dir.display().to_string(), e))?;
@@ -232,6 +273,43 @@ pub async fn run_and_write(
         write_json(&out_dir.join("engine-metrics.json"), series)?;
     }
     Ok(summary)
+}
+
+/// The first class with fewer successes than the sample minimum, if any.
+fn short_classes(plan: &PointPlan, run: &PointRun) -> Option<usize> {
+    (0..plan.schedule.classes.len()).find(|&c| {
+        let ok = run
+            .records
+            .iter()
+            .filter(|r| r.class == c && r.ok())
+            .count() as u64;
+        ok < plan.min_per_class
+    })
+}
+
+/// Appends a continuation run (started `offset` s after the first) to `run`.
+fn merge_runs(run: &mut PointRun, more: PointRun, offset: f64) {
+    let shift = |x: f64| x + offset;
+    for mut r in more.records {
+        r.scheduled_s = shift(r.scheduled_s);
+        r.sent_s = shift(r.sent_s);
+        r.first_token_s = r.first_token_s.map(shift);
+        r.last_token_s = r.last_token_s.map(shift);
+        run.records.push(r);
+    }
+    let (a, b) = (&mut run.client, more.client);
+    a.sent += b.sent;
+    a.measured += b.measured;
+    a.warmup_excluded += b.warmup_excluded;
+    a.peak_in_flight = a.peak_in_flight.max(b.peak_in_flight);
+    a.schedule_lag_ms.p99 = a.schedule_lag_ms.p99.max(b.schedule_lag_ms.p99);
+    a.schedule_lag_ms.max = a.schedule_lag_ms.max.max(b.schedule_lag_ms.max);
+    a.window_s += b.window_s;
+    a.tokens_mismatches += b.tokens_mismatches;
+    a.short_outputs += b.short_outputs;
+    a.incomplete |= b.incomplete;
+    a.in_flight_series
+        .extend(b.in_flight_series.into_iter().map(|(t, v)| (t + offset, v)));
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), PointError> {
