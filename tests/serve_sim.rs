@@ -4,49 +4,20 @@
 //! Every test starts its own replica on a port-0 listener on 127.0.0.1, is bounded by a
 //! timeout, and holds a global lock so the timing-sensitive ones do not share the CPU.
 
+#[path = "support/live.rs"]
+mod live;
+use live::{bounded, client, config, qwen, start};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use goodput::sim::Setup;
 use goodput::sim::engine::{Engine, NewRequest};
 use goodput::sim::live::{
     CutMode, FaultConfig, MetricsFlavor, ReplicaConfig, ReplicaServer, StreamCut,
 };
-use goodput::sim::{Setup, preset};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn qwen() -> Setup {
-    preset("qwen2.5-7b-h100").expect("the seed preset exists")
-}
-
-fn config(time_scale: f64) -> ReplicaConfig {
-    ReplicaConfig {
-        time_scale,
-        ..ReplicaConfig::new(qwen())
-    }
-}
-
-async fn start(config: ReplicaConfig) -> ReplicaServer {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
-    ReplicaServer::start(listener, config).expect("replica starts")
-}
-
-fn client() -> reqwest::Client {
-    goodput::http_client::default_http_client(Duration::from_secs(2)).expect("client builds")
-}
-
-/// Runs a test body under the global lock and a time limit.
-async fn bounded<F: Future<Output = ()>>(limit_s: u64, body: F) {
-    let _guard = SERIAL.lock().await;
-    tokio::time::timeout(Duration::from_secs(limit_s), body)
-        .await
-        .expect("test finished within its time limit");
-}
 
 /// One SSE event: when its bytes arrived and its `data:` payload.
 #[derive(Debug, Clone)]
