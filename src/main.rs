@@ -898,6 +898,10 @@ struct LoadgenArgs {
     /// Write every inter-token gap in requests.csv (itl_ms column).
     #[arg(long)]
     record_itl: bool,
+    /// Speak HTTP/2 without negotiation (h2c) to a plain-HTTP target that supports it;
+    /// HTTPS targets negotiate HTTP/2 by ALPN anyway.
+    #[arg(long)]
+    http2: bool,
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
@@ -1033,12 +1037,14 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let client = goodput::http_client::http_client(
-            reqwest::Client::builder()
-                .connect_timeout(std::time::Duration::from_secs(10))
-                .tcp_nodelay(true)
-                .pool_max_idle_per_host(usize::MAX),
-        )?;
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(usize::MAX);
+        if args.http2 {
+            builder = builder.http2_prior_knowledge();
+        }
+        let client = goodput::http_client::http_client(builder)?;
         let (text_words_per_token, prompt_method) = match args.api {
             ApiArg::Completions => (None, PromptMethod::TokenIds),
             ApiArg::Chat => match calibrate_words_per_token(&client, &target, &model).await {

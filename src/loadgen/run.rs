@@ -344,19 +344,19 @@ pub async fn run_point(
     }
     drop(tx);
     let mut records = Vec::with_capacity(total);
-    let mut last_report = Instant::now();
+    let mut progress = Progress::new(shared.config.progress, total);
+    let mut failed = 0u64;
     while let Some(rec) = rx.recv().await {
+        failed += u64::from(!rec.ok());
         records.push(rec);
-        if shared.config.progress && last_report.elapsed() >= Duration::from_secs(5) {
-            last_report = Instant::now();
-            eprintln!(
-                "loadgen: {} done, {} in flight, {:.0} s",
-                records.len(),
-                shared.in_flight.load(Ordering::Relaxed),
-                start.elapsed().as_secs_f64()
-            );
-        }
+        progress.update(
+            records.len(),
+            failed,
+            shared.in_flight.load(Ordering::Relaxed),
+            start,
+        );
     }
+    progress.finish();
     sampler.abort();
     let _ = sampler.await;
     // The sampler is gone, so nobody else holds the lock; a poisoned lock still has data.
@@ -368,6 +368,58 @@ pub async fn run_point(
         in_flight_series,
         stopped_early.load(Ordering::Relaxed) || *stop.borrow(),
     )
+}
+
+/// A live progress line on a terminal, a log line every 5 s otherwise, or nothing.
+enum Progress {
+    Off,
+    Bar(indicatif::ProgressBar),
+    Log(Instant),
+}
+
+impl Progress {
+    fn new(enabled: bool, total: usize) -> Self {
+        use std::io::IsTerminal as _;
+        if !enabled {
+            Progress::Off
+        } else if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            // The template is a constant known to be valid.
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} done {msg}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            Progress::Bar(bar)
+        } else {
+            Progress::Log(Instant::now())
+        }
+    }
+
+    fn update(&mut self, done: usize, failed: u64, in_flight: usize, start: Instant) {
+        match self {
+            Progress::Off => {}
+            Progress::Bar(bar) => {
+                bar.set_position(done as u64);
+                bar.set_message(format!("{in_flight} in flight, {failed} failed"));
+            }
+            Progress::Log(last) => {
+                if last.elapsed() >= Duration::from_secs(5) {
+                    *last = Instant::now();
+                    eprintln!(
+                        "loadgen: {done} done, {failed} failed, {in_flight} in flight, {:.0} s",
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// Samples requests in flight every 100 ms until aborted.
