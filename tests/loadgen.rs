@@ -17,6 +17,10 @@ use goodput::sim::router::RouterConfig;
 use goodput::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
 use tokio::sync::watch;
 
+/// These tests time the engine and the client: run them one at a time so that on a
+/// 2-core machine one test's load does not show up in another's latencies.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
 async fn fleet(time_scale: f64, faults: FaultConfig) -> goodput::sim::fleet::Fleet {
@@ -121,6 +125,7 @@ async fn run(config: LoadConfig, plan: PointPlan, dir: &Path) -> PointSummaryFil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn low_load_latencies_match_the_engine_model() {
+    let _serial = SERIAL.lock().await;
     let f = fleet(1.0, FaultConfig::default()).await;
     let setup = preset("qwen2.5-7b-h100").unwrap();
     // One request at a time (constant 5/s; each takes ~190 ms): TTFT is one 1,024-token
@@ -169,6 +174,7 @@ async fn low_load_latencies_match_the_engine_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_grows_the_queue_and_fails_the_gate() {
+    let _serial = SERIAL.lock().await;
     // Time scale 4: capacity ≈ 22 × 4 ≈ 90 req/s of 1,024/256; offer 200 req/s for 1.5 s.
     let f = fleet(4.0, FaultConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -204,6 +210,7 @@ async fn overload_grows_the_queue_and_fails_the_gate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn class_counts_are_exact_and_failures_have_their_kind() {
+    let _serial = SERIAL.lock().await;
     let cut = FaultConfig {
         stream_cut: Some(StreamCut {
             fraction: 1.0,
@@ -240,6 +247,7 @@ async fn class_counts_are_exact_and_failures_have_their_kind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_target_gives_only_connect_errors() {
+    let _serial = SERIAL.lock().await;
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", l.local_addr().unwrap())
@@ -264,6 +272,7 @@ async fn an_unreachable_target_gives_only_connect_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_keeps_the_concurrency_and_is_never_capacity() {
+    let _serial = SERIAL.lock().await;
     let f = fleet(20.0, FaultConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(f.router_url(), 1.0);
@@ -292,6 +301,7 @@ async fn closed_loop_keeps_the_concurrency_and_is_never_capacity() {
 #[test]
 fn the_cli_writes_a_point() {
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let _serial = rt.block_on(SERIAL.lock());
     let f = rt.block_on(fleet(20.0, FaultConfig::default()));
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
@@ -369,6 +379,7 @@ fn the_cli_writes_a_point() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_under_the_sample_minimum_continue_the_schedule() {
+    let _serial = SERIAL.lock().await;
     let half_fail = FaultConfig {
         error_fraction: 0.5,
         error_status: 503,
