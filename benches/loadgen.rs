@@ -45,6 +45,10 @@
 //!
 //! Run: `cargo bench --bench loadgen`. Linux only (reads `/proc`, uses `wait4`).
 
+#[path = "support/process.rs"]
+mod process;
+use process::{env_or, raise_nofile};
+
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -63,29 +67,6 @@ use tokio::io::AsyncWriteExt;
 const ROLE_ENV: &str = "GOODPUT_LOADGEN_BENCH_ROLE";
 const TTFT_ENV: &str = "LOADGEN_BENCH_TTFT_MS";
 const ITL_ENV: &str = "LOADGEN_BENCH_ITL_MS";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Raises the open-file limit to its hard maximum; children inherit it (10,000 sockets
-/// on each side in scenario 3).
-fn raise_nofile() {
-    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Server (child process)

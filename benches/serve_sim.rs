@@ -22,6 +22,10 @@
 //!
 //! Run: `cargo bench --bench serve_sim`. Linux only (reads `/proc`).
 
+#[path = "support/process.rs"]
+mod process;
+use process::{env_or, raise_nofile};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -32,28 +36,6 @@ use std::time::{Duration, Instant};
 use goodput::sim::live::{ReplicaConfig, ReplicaServer};
 use goodput::sim::preset;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Raises the open-file limit to its hard maximum (2,000 sockets on each side).
-fn raise_nofile() {
-    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Server (child process)
