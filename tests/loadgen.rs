@@ -204,6 +204,11 @@ async fn overload_grows_the_queue_and_fails_the_gate() {
             || c.p50_ttft_ms.unwrap() > 250.0
     );
     assert!(s.engine_metrics.samples > 3);
+    let e = s.engine_findings.as_ref().unwrap();
+    assert!(e.kv_usage_peak.unwrap() > 0.0);
+    assert!(e.queue_waiting_peak.unwrap() > 5.0);
+    let law = s.littles_law.unwrap();
+    assert!(law.mean_in_flight > 0.0 && law.expected_in_flight > 0.0);
     assert!(dir.path().join("engine-metrics.json").exists());
     f.shutdown().await;
 }
@@ -407,5 +412,63 @@ async fn failures_under_the_sample_minimum_continue_the_schedule() {
         s.report.attempted,
         "request ids are unique"
     );
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_cache_hits_the_prefix_cache_and_cold_does_not() {
+    let _serial = SERIAL.lock().await;
+    let mut setup = preset("qwen2.5-7b-h100").unwrap();
+    setup.prefix_caching = true;
+    let f = start_fleet(FleetConfig {
+        replica: ReplicaConfig {
+            time_scale: 20.0,
+            ..ReplicaConfig::new(setup)
+        },
+        replicas: 1,
+        host: [127, 0, 0, 1].into(),
+        port: 0,
+        router: RouterConfig::default(),
+        cold_start: Duration::ZERO,
+        faults: FaultConfig::default(),
+    })
+    .await
+    .unwrap();
+    let mut hit_rates = Vec::new();
+    for warm in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(f.router_url(), 50.0);
+        let mut p = plan(
+            vec![class("chat", 1.0, 1024, 8)],
+            60,
+            Arrival::Poisson,
+            gate(&[("chat", 1e6, 1e6)]),
+        );
+        p.metrics_targets = vec![f.replicas[0].url()];
+        if warm {
+            let prefix = goodput::workload::schedule::SharedPrefix {
+                pool: 2,
+                tokens: 768,
+                zipf: 0.0,
+            };
+            cfg.cache = CacheMode::Warm;
+            cfg.shared_prefix = Some(prefix);
+            p.schedule.shared_prefix = Some(prefix);
+        }
+        let s = run(cfg, p, dir.path()).await;
+        let e = s.engine_findings.clone().unwrap();
+        assert!(
+            e.flags.iter().all(|f| !f.contains("cache")),
+            "{:?}",
+            e.flags
+        );
+        if warm {
+            assert_eq!(s.prewarmed_prefixes, 2);
+        }
+        hit_rates.push(e.prefix_cache_hit_rate.unwrap());
+    }
+    // Cold: unique prompts share nothing; warm: 768 of 1,024 tokens are a prewarmed prefix.
+    assert!(hit_rates[0] < 0.05, "{hit_rates:?}");
+    assert!(hit_rates[1] > 0.5, "{hit_rates:?}");
     f.shutdown().await;
 }

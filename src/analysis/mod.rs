@@ -4,6 +4,7 @@
 
 mod formulas;
 mod gate;
+mod littles_law;
 mod queue;
 mod report;
 mod requests_csv;
@@ -11,6 +12,7 @@ mod summary;
 
 pub use formulas::*;
 pub use gate::*;
+pub use littles_law::*;
 pub use queue::*;
 pub use report::*;
 pub use requests_csv::*;

@@ -13,6 +13,7 @@
 //! - [`scrape`]: the scrape loop over HTTP, target discovery from the simulated engine's
 //!   router, and target lists from files.
 
+pub mod findings;
 pub mod parse;
 pub mod profile;
 pub mod scrape;

@@ -11,7 +11,10 @@ use tokio::sync::watch;
 use super::prompt::{CacheMode, PromptMethod};
 use super::record::write_requests_csv;
 use super::run::{ClientFacts, LoadConfig, LoadMode, PointRun, prewarm, run_point};
-use crate::analysis::{GateConfig, PointReport, PointSummary, QueueTrend, queue_slope};
+use crate::analysis::{
+    GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law, queue_slope,
+};
+use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop;
 use crate::engine_metrics::series::MetricsSeries;
 use crate::workload::schedule::{
@@ -112,6 +115,10 @@ pub struct PointSummaryFile {
     pub client: ClientFacts,
     /// Engine scrapes: targets, rounds, failures.
     pub engine_metrics: EngineFacts,
+    /// KV usage, prefix-cache hit rate, preemptions and cache-state flags from the scrapes.
+    pub engine_findings: Option<EngineFindings>,
+    /// Little's Law over the window: mean in flight vs completions/s × mean E2E.
+    pub littles_law: Option<LittlesLaw>,
 }
 
 /// Schedule facts recorded with the point.
@@ -407,6 +414,23 @@ fn summarize(
     if run.records.is_empty() {
         reasons.push("no request was measured".to_owned());
     }
+    let engine_findings = series.map(|s| findings(s, window, config.cache == CacheMode::Warm));
+    let law = {
+        let inside: Vec<f64> = run
+            .client
+            .in_flight_series
+            .iter()
+            .filter(|p| p.0 >= from && p.0 <= to)
+            .map(|p| p.1)
+            .collect();
+        let ok: Vec<&super::record::RequestRecord> =
+            run.records.iter().filter(|r| r.ok()).collect();
+        let mean_e2e_s = ok.iter().map(|r| r.e2e_ms).sum::<f64>() / ok.len().max(1) as f64 / 1e3;
+        let mean_in_flight = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
+        (!inside.is_empty() && !ok.is_empty())
+            .then(|| littles_law(mean_in_flight, ok.len() as f64 / window, mean_e2e_s))
+            .flatten()
+    };
     let offered = match config.mode {
         LoadMode::Rate { rate } => Some(rate),
         LoadMode::Concurrency { .. } => None,
@@ -436,5 +460,7 @@ fn summarize(
             samples: series.map_or(0, |s| s.samples.len()),
             failed: series.map_or(0, |s| s.samples.iter().filter(|x| !x.ok).count()),
         },
+        engine_findings,
+        littles_law: law,
     })
 }
