@@ -15,6 +15,7 @@
 use serde::Serialize;
 
 use super::Prompt;
+use crate::workload::hashing::{GOLDEN_GAMMA, mix64};
 
 /// Token ids are drawn from this range, away from the special tokens most vocabularies put
 /// at the start and the end.
@@ -43,15 +44,10 @@ pub enum PromptMethod {
     TextEstimated,
 }
 
-/// SplitMix64: one well-mixed 64-bit value per (seed, stream, position); prompt tokens need
-/// no more than that and must be cheap to regenerate on the hot path.
+/// One well-mixed 64-bit value per (seed, stream, position); prompt tokens need no more
+/// than that and must be cheap to regenerate on the hot path.
 fn mix(seed: u64, stream: u64, position: u64) -> u64 {
-    let mut z = seed
-        ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ position.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix64(seed ^ stream.wrapping_mul(GOLDEN_GAMMA) ^ position.wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
 fn token(seed: u64, stream: u64, position: u64) -> u32 {

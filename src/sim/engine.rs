@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::setup::{KvPolicy, Setup};
+use crate::workload::hashing::{FNV_OFFSET, GOLDEN_GAMMA, fnv1a, mix64};
 
 /// A request handed to the engine.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -559,14 +560,11 @@ impl Engine {
 /// covers blocks 0..=i), as prefix caches key blocks.
 pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     let mut out = Vec::with_capacity(tokens.len() / block_size as usize);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FNV_OFFSET;
     for block in tokens.chunks_exact(block_size as usize) {
+        // FNV-1a over the token ids, continuing from the previous block's hash.
         for &t in block {
-            // FNV-1a over the token ids, continuing from the previous block's hash.
-            for b in t.to_le_bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
+            h = fnv1a(h, &t.to_le_bytes());
         }
         out.push(h);
     }
@@ -591,14 +589,13 @@ pub fn synthetic_block_hashes(
             } else {
                 unique_id | (1 << 63)
             };
-            // SplitMix-style mixing of (owner, block index): block i of a prefix is the
-            // same content in every request that shares it.
-            let mut z = owner
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(u64::from(i).wrapping_mul(0xBF58_476D_1CE4_E5B9));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            // A hash of (owner, block index): block i of a prefix is the same content in
+            // every request that shares it.
+            mix64(
+                owner
+                    .wrapping_mul(GOLDEN_GAMMA)
+                    .wrapping_add(u64::from(i).wrapping_mul(0xBF58_476D_1CE4_E5B9)),
+            )
         })
         .collect()
 }

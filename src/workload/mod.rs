@@ -1,6 +1,7 @@
 //! The frozen workload manifest: types, loading, validation, and what the analyzer derives
 //! from it (class cutoffs and gate thresholds).
 
+pub mod hashing;
 mod manifest;
 pub mod schedule;
 mod validate;

@@ -18,6 +18,7 @@ use rand_distr::{Distribution, Exp, Gamma};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 
+use super::hashing::{FNV_OFFSET, GOLDEN_GAMMA, fnv1a, mix64};
 use super::stratified_counts;
 
 /// Inter-arrival process of an open-loop schedule.
@@ -134,11 +135,8 @@ fn block_seed(seed: u64, block: u64) -> u64 {
     if block == 0 {
         seed
     } else {
-        // SplitMix64 finaliser of (seed, block): distinct, well-mixed streams per block.
-        let mut z = seed ^ block.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        // Distinct, well-mixed streams per block.
+        mix64(seed ^ block.wrapping_mul(GOLDEN_GAMMA))
     }
 }
 
@@ -334,13 +332,8 @@ pub fn shard(schedule: &[ScheduledRequest], shard: u32, shards: u32) -> Vec<Sche
 /// FNV-1a over the canonical bytes of a schedule (index, time bits, class, lengths,
 /// prefix): equal hashes mean byte-identical schedules.
 pub fn schedule_hash(schedule: &[ScheduledRequest]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    let mut h = FNV_OFFSET;
+    let mut eat = |bytes: &[u8]| h = fnv1a(h, bytes);
     for r in schedule {
         eat(&r.index.to_le_bytes());
         eat(&r.at_s.to_bits().to_le_bytes());

@@ -24,13 +24,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// SplitMix64: a well-mixed 64-bit hash, for deterministic per-request draws.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub(crate) use crate::workload::hashing::splitmix64 as mix;
 
 /// A deterministic uniform draw in `[0, 1)` from `(seed, key, salt)`.
 pub(crate) fn unit(seed: u64, key: u64, salt: u64) -> f64 {
