@@ -18,9 +18,7 @@ use goodput::sim::offline::{
     simulate_rates,
 };
 use goodput::sim::{PRESETS, Setup, apply_overrides, apply_yaml_overrides, preset};
-use goodput::workload::{
-    ArrivalPattern, LoadedManifest, WorkloadManifest, load_manifest, seed_manifest,
-};
+use goodput::workload::{LoadedManifest, WorkloadManifest, load_manifest, seed_manifest};
 
 /// SLO-driven capacity management for GPU LLM inference.
 #[derive(Parser)]
@@ -459,18 +457,9 @@ fn simulated_workload(
                     tpot_cutoff_ms: c.request_tpot_cutoff_ms,
                 })
                 .collect();
-            let arrival = match m.client.arrival_pattern {
-                ArrivalPattern::Poisson => Arrival::Poisson,
-                ArrivalPattern::Constant => Arrival::Constant,
-                ArrivalPattern::Gamma => Arrival::Gamma {
-                    shape: m.client.burstiness.unwrap_or(1.0),
-                },
-                ArrivalPattern::Trace => {
-                    bail!(
-                        "the manifest's trace arrivals cannot be simulated offline; pass --arrival"
-                    )
-                }
-            };
+            let arrival = m.arrival().context(
+                "the manifest's trace arrivals cannot be simulated offline; pass --arrival",
+            )?;
             (
                 classes,
                 m.client.initial_scheduled_requests as usize,
@@ -967,20 +956,15 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
     use goodput::loadgen::prompt::{CacheMode, PromptMethod};
     use goodput::loadgen::run::{LoadConfig, LoadMode};
     use goodput::loadgen::{Api, Timeouts};
-    use goodput::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec, SharedPrefix};
+    use goodput::workload::schedule::{Arrival, ScheduleSpec, SharedPrefix};
 
     let manifest = manifest_or_seed(args.manifest.as_deref())?;
     let c = manifest.client.clone();
-    let arrival = match (&args.trace, c.arrival_pattern) {
-        (Some(path), _) => Arrival::Trace(goodput::workload::schedule::read_trace(path)?),
-        (None, ArrivalPattern::Poisson) => Arrival::Poisson,
-        (None, ArrivalPattern::Constant) => Arrival::Constant,
-        (None, ArrivalPattern::Gamma) => Arrival::Gamma {
-            shape: c.burstiness.unwrap_or(1.0),
-        },
-        (None, ArrivalPattern::Trace) => {
-            bail!("the manifest's arrival pattern is `trace`: give the trace with --trace FILE")
-        }
+    let arrival = match &args.trace {
+        Some(path) => Arrival::Trace(goodput::workload::schedule::read_trace(path)?),
+        None => manifest.arrival().context(
+            "the manifest's arrival pattern is `trace`: give the trace with --trace FILE",
+        )?,
     };
     let warm = matches!(args.cache, CacheArg::Warm);
     let shared_prefix = warm.then_some(SharedPrefix {
@@ -989,16 +973,7 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
         zipf: args.prefix_zipf,
     });
     let schedule = ScheduleSpec {
-        classes: manifest
-            .workload
-            .iter()
-            .map(|w| ScheduleClass {
-                name: w.name.clone(),
-                mix: w.mix,
-                input_tokens: w.input_tokens,
-                output_tokens: w.output_tokens,
-            })
-            .collect(),
+        classes: manifest.schedule_classes(),
         requests: args.requests.unwrap_or(c.initial_scheduled_requests),
         seed: args.seed.unwrap_or(c.request_schedule_seed),
         arrival,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::RequestOutcome;
-use crate::analysis::{Success, nearest_rank, tpot_ms};
+use crate::analysis::{REQUIRED_COLUMNS, Success, nearest_rank, tpot_ms};
 
 /// One attempted request, with times relative to the run's start.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -136,14 +136,10 @@ pub fn write_requests_csv(
     with_itl: bool,
 ) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
-    let mut header = vec![
-        "request_id",
-        "class",
-        "ttft_ms",
-        "tpot_ms",
-        "e2e_ms",
-        "output_tokens",
-        "status",
+    // The capacity pack's columns first, in their order (the row below follows it), then
+    // the client's.
+    let mut header = REQUIRED_COLUMNS.to_vec();
+    header.extend([
         "scheduled_s",
         "sent_s",
         "first_token_s",
@@ -159,7 +155,7 @@ pub fn write_requests_csv(
         "finish_reason",
         "http_status",
         "error_message",
-    ];
+    ]);
     if with_itl {
         header.push("itl_ms");
     }

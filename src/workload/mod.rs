@@ -134,6 +134,34 @@ impl WorkloadManifest {
         }
     }
 
+    /// The manifest's generated arrival process; `None` for `trace`, whose arrivals come
+    /// from a recorded file.
+    pub fn arrival(&self) -> Option<schedule::Arrival> {
+        use schedule::Arrival;
+        match self.client.arrival_pattern {
+            ArrivalPattern::Poisson => Some(Arrival::Poisson),
+            ArrivalPattern::Constant => Some(Arrival::Constant),
+            // Validation requires a burstiness shape for gamma; 1 is Poisson.
+            ArrivalPattern::Gamma => Some(Arrival::Gamma {
+                shape: self.client.burstiness.unwrap_or(1.0),
+            }),
+            ArrivalPattern::Trace => None,
+        }
+    }
+
+    /// The classes as a schedule sees them (names, mix, lengths).
+    pub fn schedule_classes(&self) -> Vec<schedule::ScheduleClass> {
+        self.workload
+            .iter()
+            .map(|w| schedule::ScheduleClass {
+                name: w.name.clone(),
+                mix: w.mix,
+                input_tokens: w.input_tokens,
+                output_tokens: w.output_tokens,
+            })
+            .collect()
+    }
+
     /// Mean input tokens per request over the class mix.
     pub fn weighted_input_tokens(&self) -> f64 {
         self.workload
