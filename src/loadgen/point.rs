@@ -168,8 +168,7 @@ pub async fn run_and_write(
     };
     let closed = matches!(config.mode, LoadMode::Concurrency { .. });
     let (whole, blocks) = if closed {
-        let spec = plan.schedule.clone();
-        (build_block(&spec, 1.0, 0, 0.0, 0)?, 1)
+        (build_block(&plan.schedule, 1.0, 0, 0.0, 0)?, 1)
     } else {
         point_schedule(&plan, rate, warmup_s)?
     };
@@ -309,14 +308,11 @@ fn merge_runs(run: &mut PointRun, more: PointRun, offset: f64) {
     a.measured += b.measured;
     a.warmup_excluded += b.warmup_excluded;
     a.peak_in_flight = a.peak_in_flight.max(b.peak_in_flight);
-    a.schedule_lag_ms.p99 = a.schedule_lag_ms.p99.max(b.schedule_lag_ms.p99);
-    a.schedule_lag_ms.max = a.schedule_lag_ms.max.max(b.schedule_lag_ms.max);
     a.window_s += b.window_s;
-    a.tokens_mismatches += b.tokens_mismatches;
-    a.short_outputs += b.short_outputs;
     a.incomplete |= b.incomplete;
     a.in_flight_series
         .extend(b.in_flight_series.into_iter().map(|(t, v)| (t + offset, v)));
+    a.refresh_from(&run.records);
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), PointError> {

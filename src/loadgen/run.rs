@@ -103,6 +103,32 @@ pub struct ClientFacts {
     pub in_flight_series: Vec<(f64, f64)>,
 }
 
+impl ClientFacts {
+    /// Recomputes the figures that follow from the measured records (lag percentiles,
+    /// token mismatches, short outputs), e.g. after records were added.
+    pub fn refresh_from(&mut self, measured: &[RequestRecord]) {
+        let mut lags: Vec<f64> = measured
+            .iter()
+            .map(RequestRecord::schedule_lag_ms)
+            .collect();
+        let lag = nearest_rank_many(&mut lags, &[0.5, 0.99, 1.0]);
+        self.schedule_lag_ms = LagFigures {
+            p50: lag[0].unwrap_or(0.0),
+            p99: lag[1].unwrap_or(0.0),
+            max: lag[2].unwrap_or(0.0),
+        };
+        self.tokens_mismatches = measured
+            .iter()
+            .filter(|r| {
+                r.ok()
+                    && r.output_tokens_usage
+                        .is_some_and(|u| u != r.output_tokens_counted)
+            })
+            .count() as u64;
+        self.short_outputs = measured.iter().filter(|r| r.short_output()).count() as u64;
+    }
+}
+
 /// Lag percentiles (nearest-rank).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct LagFigures {
@@ -453,11 +479,6 @@ fn finish(
         LoadMode::Rate { .. } => r.scheduled_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
         LoadMode::Concurrency { .. } => r.sent_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
     });
-    let mut lags: Vec<f64> = measured
-        .iter()
-        .map(RequestRecord::schedule_lag_ms)
-        .collect();
-    let lag = nearest_rank_many(&mut lags, &[0.5, 0.99, 1.0]);
     let first = measured
         .iter()
         .map(|r| r.scheduled_s)
@@ -477,29 +498,17 @@ fn finish(
         }
         LoadMode::Concurrency { duration_s, .. } => (duration_s - cfg.warmup_s).max(0.0),
     };
-    let client = ClientFacts {
+    let mut client = ClientFacts {
         sent: shared.sent.load(Ordering::Relaxed),
         measured: measured.len() as u64,
         warmup_excluded: warmup.len() as u64,
         peak_in_flight: shared.peak.load(Ordering::Relaxed),
-        schedule_lag_ms: LagFigures {
-            p50: lag[0].unwrap_or(0.0),
-            p99: lag[1].unwrap_or(0.0),
-            max: lag[2].unwrap_or(0.0),
-        },
         window_s,
-        tokens_mismatches: measured
-            .iter()
-            .filter(|r| {
-                r.ok()
-                    && r.output_tokens_usage
-                        .is_some_and(|u| u != r.output_tokens_counted)
-            })
-            .count() as u64,
-        short_outputs: measured.iter().filter(|r| r.short_output()).count() as u64,
         incomplete,
         in_flight_series,
+        ..ClientFacts::default()
     };
+    client.refresh_from(&measured);
     PointRun {
         records: measured,
         client,
