@@ -47,11 +47,11 @@
 
 #[path = "support/process.rs"]
 mod process;
-use process::{env_or, raise_nofile};
+use process::{env_or, proc_cpu_s, proc_rss, raise_nofile, spawn_self_server};
 
 use std::collections::BinaryHeap;
 use std::future::Future;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
@@ -684,32 +684,6 @@ fn run_server() {
 // ---------------------------------------------------------------------------------------
 // Parent: scenarios and measurement
 
-/// CPU seconds (user + system) of a process so far, from `/proc/PID/stat`.
-fn proc_cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14, 15.
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz
-}
-
-/// Resident memory of a process in bytes, now and at its peak (`VmRSS`, `VmHWM` from
-/// `/proc/PID/status`); zeros once it is gone.
-fn proc_rss(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb * 1024.0)
-    };
-    (kib("VmRSS:"), kib("VmHWM:"))
-}
-
 /// The fixed-latency server, in a child process.
 struct ServerProc {
     child: Child,
@@ -718,30 +692,12 @@ struct ServerProc {
 
 impl ServerProc {
     fn spawn(ttft_ms: f64, itl_ms: f64) -> Self {
-        let exe = std::env::current_exe().expect("own path");
-        let mut child = Command::new(exe)
-            .env(ROLE_ENV, "server")
-            .env(TTFT_ENV, ttft_ms.to_string())
-            .env(ITL_ENV, itl_ms.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("server process starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("port line");
-        let port: u16 = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected server output {line:?}"));
-        ServerProc {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
+        let (child, addr) = spawn_self_server(&[
+            (ROLE_ENV, "server".to_owned()),
+            (TTFT_ENV, ttft_ms.to_string()),
+            (ITL_ENV, itl_ms.to_string()),
+        ]);
+        ServerProc { child, addr }
     }
 
     fn cpu_s(&self) -> f64 {

@@ -24,11 +24,11 @@
 
 #[path = "support/process.rs"]
 mod process;
-use process::{env_or, raise_nofile};
+use process::{env_or, proc_cpu_s, proc_rss, raise_nofile, spawn_self_server};
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -96,25 +96,12 @@ struct Proc {
 impl Proc {
     /// CPU seconds (user + system) used so far.
     fn cpu_s(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        // Fields after the parenthesised command name; utime and stime are fields 14, 15.
-        let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        (ticks(11) + ticks(12)) / hz
+        proc_cpu_s(self.pid)
     }
 
     /// Resident memory in bytes.
     fn rss(&self) -> f64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb * 1024.0)
+        proc_rss(self.pid).0
     }
 }
 
@@ -194,25 +181,7 @@ async fn client(addr: SocketAddr, body: Arc<String>, c: Arc<Counters>) {
 }
 
 fn spawn_server() -> (Child, SocketAddr) {
-    let exe = std::env::current_exe().expect("own path");
-    let mut child = Command::new(exe)
-        .env("GOODPUT_SERVE_SIM_ROLE", "server")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("server process starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("port line");
-    let port: u16 = line
-        .trim()
-        .strip_prefix("PORT ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected server output {line:?}"));
-    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+    spawn_self_server(&[("GOODPUT_SERVE_SIM_ROLE", "server".to_owned())])
 }
 
 fn field(v: &serde_json::Value, path: &[&str]) -> f64 {
