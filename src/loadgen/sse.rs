@@ -111,6 +111,22 @@ impl SseParser {
         }
     }
 
+    /// Processes the buffered (carried-over) line and empties the buffer; false if the
+    /// event grew past the limit.
+    fn flush_line(&mut self, on_event: &mut impl FnMut(&[u8])) -> bool {
+        let ok = process_line(
+            &mut self.ev,
+            &self.line,
+            0,
+            self.line.len(),
+            false,
+            self.max_event_bytes,
+            on_event,
+        );
+        self.line.clear();
+        ok
+    }
+
     fn too_large(&mut self) -> SseError {
         self.failed = true;
         self.line = Vec::new();
@@ -171,17 +187,7 @@ impl SseParser {
                     return Err(self.too_large());
                 }
                 self.line.extend_from_slice(&input[i..end]);
-                let ok = process_line(
-                    &mut self.ev,
-                    &self.line,
-                    0,
-                    self.line.len(),
-                    false,
-                    self.max_event_bytes,
-                    on_event,
-                );
-                self.line.clear();
-                ok
+                self.flush_line(on_event)
             };
             if !ok {
                 return Err(self.too_large());
@@ -207,20 +213,8 @@ impl SseParser {
                 limit: self.max_event_bytes,
             });
         }
-        if !self.line.is_empty() {
-            let ok = process_line(
-                &mut self.ev,
-                &self.line,
-                0,
-                self.line.len(),
-                false,
-                self.max_event_bytes,
-                on_event,
-            );
-            self.line.clear();
-            if !ok {
-                return Err(self.too_large());
-            }
+        if !self.line.is_empty() && !self.flush_line(on_event) {
+            return Err(self.too_large());
         }
         // Only `Owned` can remain between calls.
         if self.ev.data == Data::Owned {
