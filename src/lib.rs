@@ -6,9 +6,12 @@
 //! definition here, and every shell calls it.
 
 pub mod analysis;
+pub mod api;
+pub mod bench;
 pub mod engine_metrics;
 pub mod http_client;
 pub mod loadgen;
+pub mod pack;
 pub mod planning;
 pub mod sim;
 pub mod workload;

@@ -8,7 +8,7 @@ use serde::Serialize;
 pub const LITTLES_LAW_TOLERANCE: f64 = 0.10;
 
 /// The check's figures.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct LittlesLaw {
     /// Mean requests in flight, as sampled.
     pub mean_in_flight: f64,

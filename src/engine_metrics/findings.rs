@@ -12,7 +12,7 @@ pub const WARM_HIT_RATE_MIN: f64 = 0.05;
 pub const COLD_HIT_RATE_MAX: f64 = 0.20;
 
 /// Engine-side figures of one point.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct EngineFindings {
     /// Highest KV-cache usage (0–1) of any replica at any scrape.
     pub kv_usage_peak: Option<f64>,

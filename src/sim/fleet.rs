@@ -14,6 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -126,6 +127,11 @@ pub async fn start_fleet(config: FleetConfig) -> Result<Fleet, LiveError> {
     let mut tasks = vec![tokio::spawn(
         router.clone().run_health_checks(std::future::pending()),
     )];
+    // SSE frames are small writes: without TCP_NODELAY, Nagle holds each one until the
+    // client's delayed ACK (up to 40 ms), which shows up as TTFT.
+    let router_listener = router_listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(router_listener, app).await {
             tracing::error!("router stopped: {e}");

@@ -1,0 +1,1 @@
+//! Checks of a `CapacityBenchmark` before any traffic (filled in by the lint work).

@@ -1,0 +1,10 @@
+//! Custom resource types (`goodput.dev/v1alpha1`). The same YAML is what `goodput bench`
+//! runs locally and what the operator reconciles in a cluster.
+
+mod capacity_benchmark;
+pub mod lint;
+
+pub use capacity_benchmark::*;
+
+/// API group of every goodput custom resource.
+pub const GROUP: &str = "goodput.dev";

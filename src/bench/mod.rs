@@ -1,0 +1,3 @@
+//! `goodput bench`: the whole capacity benchmark on one machine.
+
+pub mod result;

@@ -1,0 +1,183 @@
+//! What `goodput bench` found, in real-time units: the content of `sweep.json`, from which
+//! `sweep.md`, `plan.md`, the plots and the terminal summary are rendered.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{GateConfig, LittlesLaw, PointReport};
+use crate::api::{CacheModeName, PeakForecast, Statistic};
+use crate::engine_metrics::findings::EngineFindings;
+use crate::planning::{CapacitySelection, ReplicaPlan};
+
+/// The whole benchmark (`sweep.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// The benchmark's `metadata.name`.
+    pub name: String,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// Wall-clock seconds the whole run took.
+    pub wall_seconds: f64,
+    /// The server under test.
+    pub target: TargetFacts,
+    /// K: the simulated engine ran K times faster than real time; every figure here is
+    /// converted back to real-time units.
+    pub time_scale: f64,
+    /// Runs of every point.
+    pub repeats: u32,
+    /// How a rate is judged when repeated, and how capacity is chosen.
+    pub capacity_rule: String,
+    /// How the queue trend of a point is decided.
+    pub queue_trend_rule: String,
+    /// The gate every point faced.
+    pub gate: GateConfig,
+    /// Workload classes in manifest order; the first is the one the sweep table details.
+    pub class_names: Vec<String>,
+    /// Latency statistics the reports show.
+    pub statistics: Vec<Statistic>,
+    /// One sweep per cache mode, never averaged together.
+    pub modes: Vec<ModeResult>,
+    /// The forecast the plan is for.
+    pub peak: Option<PeakForecast>,
+    /// Cache mode whose capacity the plan uses.
+    pub plan_cache_mode: Option<CacheModeName>,
+    /// The replica plan for the peak.
+    pub plan: Option<ReplicaPlan>,
+    /// Things a reviewer should know.
+    pub warnings: Vec<String>,
+}
+
+/// The server under test as it was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetFacts {
+    /// `simulated` or `url`.
+    pub kind: String,
+    /// Base URL requests went to.
+    pub url: String,
+    /// Model name sent (and, when the server lists models, found there).
+    pub model: String,
+    /// Simulated preset, if any.
+    pub preset: Option<String>,
+    /// Engine recognised from its metric names (`vllm`, `sglang`, ...), if any.
+    pub engine_profile: Option<String>,
+    /// Replicas under test.
+    pub replicas: u32,
+    /// GPUs per replica.
+    pub gpus_per_replica: u32,
+}
+
+/// The sweep of one cache mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModeResult {
+    /// Cache state.
+    pub cache: CacheModeName,
+    /// The saturation experiment run for this mode, if any.
+    pub saturation: Option<SaturationResult>,
+    /// Every open-loop point, every repeat, by rate then repeat.
+    pub points: Vec<PointResult>,
+    /// Verdicts per point and the capacity chosen (the planning core's selection).
+    pub selection: CapacitySelection,
+    /// Spread of every figure across repeats, per rate.
+    pub spread: Vec<RateSpread>,
+    /// Highest passing offered rate (RPS); `None` when no rate passes.
+    pub capacity_rps: Option<f64>,
+    /// Capacity divided by the replicas under test.
+    pub capacity_per_replica_rps: Option<f64>,
+    /// The replica plan for the peak with this mode's capacity.
+    pub plan: Option<ReplicaPlan>,
+    /// Mean prefix-cache hit rate over the points that reported one.
+    pub mean_prefix_cache_hit_rate: Option<f64>,
+}
+
+/// One open-loop test point (one repeat).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PointResult {
+    /// Offered arrival rate (requests per second, real time).
+    pub offered_rps: f64,
+    /// Repeat index (0-based).
+    pub repeat: u32,
+    /// Schedule seed of this repeat.
+    pub seed: u64,
+    /// Folder of the point's files, relative to the pack.
+    pub dir: String,
+    /// The analysis core's report (`slo-report.json`).
+    pub report: PointReport,
+    /// False when the point is not evidence (client behind schedule, stopped early, ...).
+    pub valid: bool,
+    /// Why not.
+    pub validity_reasons: Vec<String>,
+    /// Where the queue trend came from.
+    pub queue_trend_source: String,
+    /// KV, prefix cache, preemptions, cache-state flags.
+    pub engine_findings: Option<EngineFindings>,
+    /// Little's Law over the window.
+    pub littles_law: Option<LittlesLaw>,
+    /// Client schedule lag P99 (ms, on the run's own clock).
+    pub schedule_lag_p99_ms: f64,
+}
+
+/// The saturation (closed-loop) experiment: throughput and latency per concurrency.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SaturationResult {
+    /// One entry per concurrency level.
+    pub levels: Vec<SaturationLevel>,
+    /// The highest level at which every class still met its cutoffs at the required
+    /// attainment, if any.
+    pub knee: Option<SaturationLevel>,
+    /// How the knee is chosen and the sweep range derived, in words.
+    pub rule: String,
+    /// Offered rates proposed for the rate sweep (empty when the spec fixes them).
+    pub proposed_rates: Vec<f64>,
+}
+
+/// One concurrency level of the saturation experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SaturationLevel {
+    /// Requests in flight.
+    pub concurrency: u32,
+    /// Folder of the level's files, relative to the pack.
+    pub dir: String,
+    /// Completed requests per second.
+    pub throughput_rps: f64,
+    /// Output tokens per second.
+    pub output_tps: f64,
+    /// Lowest per-class attainment.
+    pub weakest_attainment: Option<f64>,
+    /// P95 TTFT of the first class (ms).
+    pub p95_ttft_ms: Option<f64>,
+    /// P95 TPOT of the first class (ms).
+    pub p95_tpot_ms: Option<f64>,
+    /// Every class met its cutoffs at the required attainment (sample size aside).
+    pub slos_met: bool,
+}
+
+/// How one figure varied across the repeats of a rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Mean value.
+    pub mean: f64,
+}
+
+/// The repeats of one rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateSpread {
+    /// Offered rate.
+    pub offered_rps: f64,
+    /// Repeats run.
+    pub repeats: u32,
+    /// Repeats that passed the gate.
+    pub passed: u32,
+    /// Observed goodput (RPS).
+    pub goodput_rps: Option<Spread>,
+    /// Lowest per-class attainment.
+    pub weakest_attainment: Option<Spread>,
+    /// Error rate.
+    pub error_rate: Option<Spread>,
+    /// P95 TTFT of the first class (ms).
+    pub p95_ttft_ms: Option<Spread>,
+    /// P95 TPOT of the first class (ms).
+    pub p95_tpot_ms: Option<Spread>,
+}

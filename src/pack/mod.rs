@@ -1,0 +1,1 @@
+//! Capacity pack rendering (in progress).
