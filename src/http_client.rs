@@ -21,3 +21,16 @@ pub fn default_http_client(connect_timeout: Duration) -> Result<reqwest::Client,
             .pool_idle_timeout(Duration::from_secs(30)),
     )
 }
+
+/// The load generator's client: TCP_NODELAY, every idle connection kept (an open loop at
+/// hundreds of requests per second reuses them), optionally HTTP/2 without negotiation.
+pub fn load_client(http2: bool) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(usize::MAX);
+    if http2 {
+        builder = builder.http2_prior_knowledge();
+    }
+    http_client(builder)
+}

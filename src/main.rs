@@ -43,6 +43,15 @@ enum Command {
     /// Run one test point against an OpenAI-compatible endpoint: open loop at a rate or
     /// closed loop at a concurrency; writes requests.csv, summary.json, engine-metrics.json.
     Loadgen(LoadgenArgs),
+    /// Run a whole CapacityBenchmark here: saturation sweep, rate sweep per cache mode,
+    /// capacity, replica plan; writes the capacity pack. Without `target.url` it runs against
+    /// the built-in simulated engine.
+    Bench(BenchArgs),
+    /// Check CapacityBenchmark files before any traffic: one line per error or warning,
+    /// with the field path; exit status 1 if any file has an error.
+    Lint(LintArgs),
+    /// Print the CustomResourceDefinition YAML of CapacityBenchmark (`| kubectl apply -f -`).
+    Crds,
 }
 
 #[derive(clap::Args)]
@@ -132,6 +141,9 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::ServeSim(args) => serve_sim(args),
         Command::Loadgen(args) => loadgen(args),
+        Command::Bench(args) => bench(args),
+        Command::Lint(args) => lint(args),
+        Command::Crds => crds(),
     };
     match result {
         Ok(code) => code,
@@ -996,7 +1008,6 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             duration_s: args.duration_s,
         },
     };
-    let stop_behaviour = manifest.stop.clone();
     let timeout_s = args
         .timeout_s
         .or(manifest
@@ -1012,14 +1023,7 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(usize::MAX);
-        if args.http2 {
-            builder = builder.http2_prior_knowledge();
-        }
-        let client = goodput::http_client::http_client(builder)?;
+        let client = goodput::http_client::load_client(args.http2)?;
         let (text_words_per_token, prompt_method) = match args.api {
             ApiArg::Completions => (None, PromptMethod::TokenIds),
             ApiArg::Chat => match calibrate_words_per_token(&client, &target, &model).await {
@@ -1035,13 +1039,10 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             metrics_targets.extend(found);
         }
         let config = LoadConfig {
-            target: target.clone(),
-            model,
             api: match args.api {
                 ApiArg::Completions => Api::Completions,
                 ApiArg::Chat => Api::Chat,
             },
-            mode,
             cache: if warm { CacheMode::Warm } else { CacheMode::Cold },
             shared_prefix,
             seed: schedule.seed,
@@ -1052,25 +1053,20 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             },
             warmup_s: args.warmup_s.unwrap_or(c.warmup_seconds),
             warmup_requests: args.warmup_requests,
-            ignore_eos: stop_behaviour.as_ref().is_none_or(|s| s.ignore_eos),
-            min_tokens: stop_behaviour.as_ref().is_none_or(|s| s.fixed_output_length),
-            temperature: manifest.sampling.as_ref().and_then(|s| s.temperature),
             text_words_per_token,
             prompt_method,
             max_in_flight: args.max_in_flight,
             progress: !args.quiet,
+            ..LoadConfig::for_manifest(&manifest, target.clone(), model, mode)
         };
         let plan = goodput::loadgen::point::PointPlan {
-            schedule,
             min_duration_s: args.min_duration_s.unwrap_or(c.minimum_duration_seconds),
-            min_per_class: manifest.acceptance.min_successful_samples_per_class,
             max_blocks: args.max_blocks,
             shard: args.shard,
-            gate: manifest.gate_config(),
-            metrics_targets,
             scrape_interval: std::time::Duration::from_millis(args.scrape_interval_ms.max(10)),
             max_lag_ms: args.max_lag_ms,
             record_itl: args.record_itl,
+            ..goodput::loadgen::point::PointPlan::for_manifest(&manifest, schedule, metrics_targets)
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -1114,5 +1110,103 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct LintArgs {
+    /// CapacityBenchmark YAML files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+/// `FILE: error: PATH: message` per finding (`warning:` for warnings), `FILE: ok` for a file
+/// without errors; exit status 1 if any file could not be parsed or has an error.
+fn lint(args: LintArgs) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let mut failed = false;
+    for path in &args.files {
+        let name = path.display();
+        match goodput::api::load_benchmark(path) {
+            Err(e) => {
+                failed = true;
+                writeln!(out, "{name}: error: {}", e.message())?;
+            }
+            Ok(loaded) => {
+                for finding in &loaded.findings {
+                    writeln!(out, "{name}: {finding}")?;
+                }
+                if loaded.has_errors() {
+                    failed = true;
+                } else {
+                    writeln!(out, "{name}: ok")?;
+                }
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn crds() -> Result<ExitCode> {
+    write!(std::io::stdout().lock(), "{}", goodput::api::crds_yaml())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// CapacityBenchmark YAML file.
+    file: PathBuf,
+    /// Capacity pack folder (default: ./capacity-pack/<name>-<UTC timestamp>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Lints the benchmark (refusing it on any error), runs it, writes the pack and prints the
+/// one-screen summary.
+fn bench(args: BenchArgs) -> Result<ExitCode> {
+    let loaded =
+        goodput::api::load_benchmark(&args.file).map_err(|e| anyhow::anyhow!(e.message()))?;
+    for finding in &loaded.findings {
+        eprintln!("{}: {finding}", args.file.display());
+    }
+    if loaded.has_errors() {
+        bail!(
+            "{} is refused before any traffic: fix the errors above (`goodput lint` lists them)",
+            args.file.display()
+        );
+    }
+    let name = loaded
+        .benchmark
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "benchmark".into());
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| goodput::bench::default_pack_dir(&name));
+    let options = goodput::bench::BenchOptions {
+        out: out.clone(),
+        progress: !args.quiet,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let result = runtime.block_on(async {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("bench: stopping; the current point is written as measured");
+            let _ = stop_tx.send(true);
+        });
+        goodput::bench::run_bench(&loaded.benchmark, &loaded.manifest, &options, stop_rx).await
+    })?;
+    print!("{}", goodput::pack::summary_text(&result));
+    println!("capacity pack: {}", out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -334,7 +334,9 @@ fn default_high() -> f64 {
 }
 
 /// A cache state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum CacheModeName {
     /// Unique prompts: the prefix cache has nothing to reuse.

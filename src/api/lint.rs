@@ -1,1 +1,884 @@
-//! Checks of a `CapacityBenchmark` before any traffic (filled in by the lint work).
+//! Checks of a `CapacityBenchmark` before any traffic: every finding names the field path it
+//! is about (`spec.experiments.rateSweep.rates[1]`) and says what to change.
+//!
+//! The lint refuses benchmarks whose result could not mean what it claims (a capacity from
+//! a closed loop, a gate no point can pass, a "cold" run the prefix cache serves, mean-only
+//! reports) and flags ones that probably do not measure what the user expects.
+
+use super::{
+    CacheModeName, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, WorkloadSource,
+};
+use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
+use crate::workload::{ArrivalPattern, Finding, Severity, Toggle, WorkloadManifest};
+
+/// The no-warmup warning, worded as the manifest validator words it, so that a loader
+/// merging both lists shows it once.
+const NO_WARMUP: &str = "no warmup: compilation and cache fill land in the measurement window";
+
+/// Every finding of a benchmark whose workload manifest is resolved: [`lint_spec`] plus the
+/// checks that need the manifest (sample rule, warm cache, warmup, model name). The manifest
+/// is the one the benchmark runs; the gate is `spec.acceptance` when given, else the
+/// manifest's. The manifest's own validation (`crate::workload::validate`) is not repeated.
+pub fn lint(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> Vec<Finding> {
+    let mut out = Lint(lint_spec(spec));
+    out.with_manifest(spec, manifest);
+    out.0
+}
+
+/// The checks that need no manifest (usable before a `manifestConfigMap` is read).
+pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
+    let mut out = Lint::default();
+    out.workload_source(&spec.workload);
+    out.target(spec);
+    out.experiments(spec);
+    if spec.repeats == 0 {
+        out.error(
+            "spec.repeats",
+            "must be at least 1 (one run of every point)",
+        );
+    }
+    out.peak(spec);
+    out.reporting(spec);
+    out.0
+}
+
+/// Where the manifest's fields live, as the prefix of their finding paths:
+/// `spec.workload.manifest` (inline), `spec.workload.manifestFile(<file>)` or
+/// `spec.workload.manifestConfigMap(<name>/<key>)`.
+pub fn manifest_path(source: &WorkloadSource) -> String {
+    match (
+        &source.manifest,
+        &source.manifest_file,
+        &source.manifest_config_map,
+    ) {
+        (None, Some(file), _) => format!("spec.workload.manifestFile({file})"),
+        (None, None, Some(cm)) => {
+            format!("spec.workload.manifestConfigMap({}/{})", cm.name, cm.key)
+        }
+        _ => "spec.workload.manifest".into(),
+    }
+}
+
+/// Whether `url` is an absolute `http://` or `https://` URL with a host.
+fn is_http_url(url: &str) -> bool {
+    ["http://", "https://"].iter().any(|scheme| {
+        url.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty())
+    })
+}
+
+fn positive(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// Collects findings in check order.
+#[derive(Default)]
+struct Lint(Vec<Finding>);
+
+impl Lint {
+    fn push(&mut self, severity: Severity, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Finding {
+            severity,
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(Severity::Error, path, message);
+    }
+
+    fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(Severity::Warning, path, message);
+    }
+
+    fn positive(&mut self, path: &str, value: f64) {
+        if !positive(value) {
+            self.error(path, format!("{value} must be a positive number"));
+        }
+    }
+
+    fn workload_source(&mut self, w: &WorkloadSource) {
+        let given = usize::from(w.manifest.is_some())
+            + usize::from(w.manifest_file.is_some())
+            + usize::from(w.manifest_config_map.is_some());
+        match given {
+            0 => self.error(
+                "spec.workload",
+                "no manifest: give one of manifest (inline), manifestFile or manifestConfigMap",
+            ),
+            1 => {}
+            _ => self.error(
+                "spec.workload",
+                "give exactly one of manifest, manifestFile and manifestConfigMap",
+            ),
+        }
+        if let Some(cm) = &w.manifest_config_map {
+            if cm.name.trim().is_empty() {
+                self.error("spec.workload.manifestConfigMap.name", "must not be empty");
+            }
+            if cm.key.trim().is_empty() {
+                self.error("spec.workload.manifestConfigMap.key", "must not be empty");
+            }
+        }
+    }
+
+    fn target(&mut self, spec: &CapacityBenchmarkSpec) {
+        let t = &spec.target;
+        if let Some(url) = &t.url {
+            if !is_http_url(url) {
+                self.error(
+                    "spec.target.url",
+                    format!("`{url}` is not an http:// or https:// URL"),
+                );
+            }
+            if t.simulated.is_some() {
+                self.error(
+                    "spec.target",
+                    "both url and simulated are set: give url for a real server, or simulated \
+                     (and no url) for the built-in engine",
+                );
+            }
+        }
+        for (i, url) in t.metrics_urls.iter().enumerate() {
+            if !is_http_url(url) {
+                self.error(
+                    format!("spec.target.metricsUrls[{i}]"),
+                    format!("`{url}` is not an http:// or https:// URL"),
+                );
+            }
+        }
+        if let Some(p) = &t.prometheus {
+            if !is_http_url(&p.url) {
+                self.error(
+                    "spec.target.prometheus.url",
+                    format!("`{}` is not an http:// or https:// URL", p.url),
+                );
+            }
+            if !positive(p.step_seconds) {
+                self.error(
+                    "spec.target.prometheus.stepSeconds",
+                    format!("{} must be a positive number of seconds", p.step_seconds),
+                );
+            }
+        }
+        if t.replicas == Some(0) {
+            self.error("spec.target.replicas", "must be at least 1");
+        }
+        if t.gpus_per_replica == Some(0) {
+            self.error("spec.target.gpusPerReplica", "must be at least 1");
+        }
+        if t.url.is_none()
+            && let Some(sim) = &t.simulated
+        {
+            self.simulated(sim, t.replicas);
+        }
+    }
+
+    /// The simulated target: preset, overrides, replicas, time scale, stream interval.
+    fn simulated(&mut self, sim: &SimulatedTarget, target_replicas: Option<u32>) {
+        simulated_setup(sim, Some(&mut *self));
+        if sim.replicas == 0 {
+            self.error("spec.target.simulated.replicas", "must be at least 1");
+        } else if let Some(r) = target_replicas
+            && r != sim.replicas
+        {
+            self.warning(
+                "spec.target.replicas",
+                format!(
+                    "{r} differs from simulated.replicas ({}): per-replica capacity would be \
+                     divided by the wrong count; drop target.replicas",
+                    sim.replicas
+                ),
+            );
+        }
+        if !positive(sim.time_scale) {
+            self.error(
+                "spec.target.simulated.timeScale",
+                format!("{} must be a positive, finite speed-up", sim.time_scale),
+            );
+        }
+        if sim.stream_interval == 0 {
+            self.error(
+                "spec.target.simulated.streamInterval",
+                "must be at least 1 token per SSE frame",
+            );
+        }
+    }
+
+    fn experiments(&mut self, spec: &CapacityBenchmarkSpec) {
+        let e = &spec.experiments;
+        match (&e.saturation, &e.rate_sweep) {
+            (Some(_), None) if spec.peak.is_some() => self.error(
+                "spec.experiments.rateSweep",
+                "absent, yet a peak is to be planned: a closed-loop saturation experiment \
+                 throttles itself and never validates an arrival rate, so it gives no \
+                 capacity; add rateSweep (empty rates sweep around the saturation knee)",
+            ),
+            (Some(_), None) => self.warning(
+                "spec.experiments.rateSweep",
+                "absent: the saturation experiment finds the knee only and this run measures \
+                 no capacity; add rateSweep (empty rates sweep around the knee)",
+            ),
+            _ => {}
+        }
+        if let Some(s) = &e.saturation {
+            if s.concurrency.is_empty() {
+                self.error(
+                    "spec.experiments.saturation.concurrency",
+                    "empty: list the concurrency levels, ascending",
+                );
+            }
+            for (i, &c) in s.concurrency.iter().enumerate() {
+                let at = format!("spec.experiments.saturation.concurrency[{i}]");
+                if c == 0 {
+                    self.error(at, "must be at least 1 request in flight");
+                } else if i > 0 && c <= s.concurrency[i - 1] {
+                    self.error(
+                        at,
+                        format!(
+                            "{c} is not above the level before it ({}): list levels \
+                             ascending, each once",
+                            s.concurrency[i - 1]
+                        ),
+                    );
+                }
+            }
+            self.positive(
+                "spec.experiments.saturation.durationSeconds",
+                s.duration_seconds,
+            );
+        }
+        if let Some(r) = &e.rate_sweep {
+            for (i, &rate) in r.rates.iter().enumerate() {
+                let at = format!("spec.experiments.rateSweep.rates[{i}]");
+                if !positive(rate) {
+                    self.error(
+                        at,
+                        format!("{rate} must be a positive, finite rate (requests per second)"),
+                    );
+                } else if i > 0 && positive(r.rates[i - 1]) && rate <= r.rates[i - 1] {
+                    self.error(
+                        at,
+                        format!(
+                            "{rate} is not above the rate before it ({}): list rates \
+                             ascending, each once",
+                            r.rates[i - 1]
+                        ),
+                    );
+                }
+            }
+            if r.points < 2 {
+                self.error(
+                    "spec.experiments.rateSweep.points",
+                    format!(
+                        "{} points cannot bracket a capacity: use at least 2",
+                        r.points
+                    ),
+                );
+            }
+            if !positive(r.low_fraction) {
+                self.error(
+                    "spec.experiments.rateSweep.lowFraction",
+                    format!("{} must be a positive fraction of the knee", r.low_fraction),
+                );
+            }
+            if !(r.high_fraction.is_finite() && r.high_fraction > r.low_fraction) {
+                self.error(
+                    "spec.experiments.rateSweep.highFraction",
+                    format!(
+                        "{} must be finite and above lowFraction ({})",
+                        r.high_fraction, r.low_fraction
+                    ),
+                );
+            }
+        }
+
+        if e.cache_modes.is_empty() {
+            self.error(
+                "spec.experiments.cacheModes",
+                "empty: list cold, warm or both (each is swept and reported separately)",
+            );
+        }
+        for (i, mode) in e.cache_modes.iter().enumerate() {
+            if e.cache_modes[..i].contains(mode) {
+                self.error(
+                    format!("spec.experiments.cacheModes[{i}]"),
+                    format!("`{}` is listed twice", mode_name(*mode)),
+                );
+            }
+        }
+        let cold = e.cache_modes.contains(&CacheModeName::Cold);
+        match e.cold_prompts {
+            ColdPrompts::Repeated if cold => self.error(
+                "spec.experiments.coldPrompts",
+                "`repeated` sends one prompt again and again, which the prefix cache serves: \
+                 that run is warm, not cold; use `unique`",
+            ),
+            ColdPrompts::Repeated => self.warning(
+                "spec.experiments.coldPrompts",
+                "has no effect: `cold` is not among the cache modes (and `repeated` would \
+                 not give a cold run anyway); use `unique`",
+            ),
+            ColdPrompts::Unique => {}
+        }
+        let pool = &e.warm_pool;
+        if pool.prefixes == 0 {
+            self.error(
+                "spec.experiments.warmPool.prefixes",
+                "must be at least 1 shared prefix",
+            );
+        }
+        if wants_warm(spec) && pool.prefix_tokens == 0 {
+            self.error(
+                "spec.experiments.warmPool.prefixTokens",
+                "0 tokens share nothing: the warm run would be cold",
+            );
+        }
+        if !(pool.zipf.is_finite() && pool.zipf >= 0.0) {
+            self.error(
+                "spec.experiments.warmPool.zipf",
+                format!("{} must be zero (uniform) or more", pool.zipf),
+            );
+        }
+        if e.max_blocks == 0 {
+            self.error(
+                "spec.experiments.maxBlocks",
+                "must be at least 1 schedule block per point",
+            );
+        }
+        if !positive(e.max_lag_ms) {
+            self.error(
+                "spec.experiments.maxLagMs",
+                format!("{} must be a positive number of milliseconds", e.max_lag_ms),
+            );
+        }
+        self.positive(
+            "spec.experiments.scrapeIntervalSeconds",
+            e.scrape_interval_seconds,
+        );
+    }
+
+    fn peak(&mut self, spec: &CapacityBenchmarkSpec) {
+        let Some(peak) = &spec.peak else { return };
+        if !positive(peak.rps) {
+            self.error(
+                "spec.peak.rps",
+                format!("{} must be a positive rate (requests per second)", peak.rps),
+            );
+        }
+        if let Some(u) = peak.target_utilization
+            && !(u > 0.0 && u <= 1.0)
+        {
+            self.error(
+                "spec.peak.targetUtilization",
+                format!("{u} is outside (0, 1]"),
+            );
+        }
+        if let Some(mode) = peak.cache_mode
+            && !spec.experiments.cache_modes.contains(&mode)
+        {
+            self.error(
+                "spec.peak.cacheMode",
+                format!(
+                    "`{}` is not among spec.experiments.cacheModes: the plan needs a capacity \
+                     measured in that cache state",
+                    mode_name(mode)
+                ),
+            );
+        }
+    }
+
+    fn reporting(&mut self, spec: &CapacityBenchmarkSpec) {
+        let stats = &spec.reporting.statistics;
+        if !stats.iter().any(|s| *s != Statistic::Mean) {
+            self.error(
+                "spec.reporting.statistics",
+                if stats.is_empty() {
+                    "empty: list percentiles (p50, p95, p99)"
+                } else {
+                    "the mean alone hides the tail the SLO is about: add percentiles (p50, \
+                     p95, p99)"
+                },
+            );
+        }
+    }
+
+    /// The checks that need the manifest the benchmark runs.
+    fn with_manifest(&mut self, spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) {
+        let at = manifest_path(&spec.workload);
+        let acceptance = spec.acceptance.as_ref().unwrap_or(&manifest.acceptance);
+        let min = acceptance.min_successful_samples_per_class;
+        let min_path = if spec.acceptance.is_some() {
+            "spec.acceptance.min_successful_samples_per_class".to_string()
+        } else {
+            format!("{at}.acceptance.min_successful_samples_per_class")
+        };
+        let blocks = u64::from(spec.experiments.max_blocks.max(1));
+        for class in &manifest.workload {
+            let Some(&count) = manifest.client.class_schedule_counts.get(&class.name) else {
+                continue; // the manifest validator reports the missing count
+            };
+            let most = count.saturating_mul(blocks);
+            if most < min {
+                self.error(
+                    format!("{at}.client.class_schedule_counts.{}", class.name),
+                    format!(
+                        "{count} requests per schedule block × {blocks} blocks \
+                         (spec.experiments.maxBlocks) schedule at most {most} of class `{}`, \
+                         fewer than the {min} successes the sample rule needs ({min_path}): \
+                         no point can be adequate, {most} requests give no tail evidence; \
+                         schedule more requests",
+                        class.name
+                    ),
+                );
+            }
+        }
+
+        if manifest.client.warmup_seconds == 0.0 {
+            self.warning(format!("{at}.client.warmup_seconds"), NO_WARMUP);
+        }
+        if manifest.client.arrival_pattern == ArrivalPattern::Trace {
+            self.error(
+                format!("{at}.client.arrival_pattern"),
+                "`trace` arrivals replay recorded timestamps and cannot be offered at the \
+                 rate sweep's rates: use poisson, gamma or constant",
+            );
+        }
+
+        if wants_warm(spec) {
+            if manifest.engine.prefix_cache == Toggle::Disabled {
+                self.warning(
+                    "spec.experiments.cacheModes",
+                    format!(
+                        "`warm` asked, but the manifest's engine.prefix_cache is disabled \
+                         ({at}.engine.prefix_cache): a warm run then measures nothing a cold \
+                         run does not"
+                    ),
+                );
+            }
+            let t = &spec.target;
+            if t.url.is_none()
+                && let Some(setup) = simulated_setup(&t.simulated.clone().unwrap_or_default(), None)
+                && !setup.prefix_caching
+            {
+                self.warning(
+                    "spec.target.simulated.overrides",
+                    "`warm` asked, but the simulated engine's prefix_caching is off: add \
+                     `prefix_caching: true` to the overrides",
+                );
+            }
+            let tokens = spec.experiments.warm_pool.prefix_tokens;
+            let short: Vec<String> = manifest
+                .workload
+                .iter()
+                .filter(|c| c.input_tokens <= tokens)
+                .map(|c| format!("`{}` ({})", c.name, c.input_tokens))
+                .collect();
+            if tokens > 0 && !short.is_empty() {
+                self.warning(
+                    "spec.experiments.warmPool.prefixTokens",
+                    format!(
+                        "{tokens} tokens reach the input length of class {}: the prefix is \
+                         capped one token below the prompt, so those warm prompts repeat all \
+                         but their last token; use fewer tokens than every class's input_tokens",
+                        short.join(", ")
+                    ),
+                );
+            }
+        }
+
+        if spec.target.url.is_some() && spec.target.model.is_none() {
+            self.warning(
+                "spec.target.model",
+                format!(
+                    "absent: the manifest's model.id `{}` is sent as the model name; set the \
+                     name the server serves if it differs",
+                    manifest.model.id
+                ),
+            );
+        }
+    }
+}
+
+/// The simulated engine's setup: the preset with the overrides applied. With `out`, a preset
+/// or overrides that do not work are reported there.
+fn simulated_setup(sim: &SimulatedTarget, out: Option<&mut Lint>) -> Option<Setup> {
+    let report = |path: &str, message: String| {
+        if let Some(out) = out {
+            out.error(path, message);
+        }
+        None
+    };
+    let names = || {
+        PRESETS
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if sim.preset.trim().is_empty() {
+        return report(
+            "spec.target.simulated.preset",
+            format!("must name a preset (one of {})", names()),
+        );
+    }
+    let Some(setup) = preset(&sim.preset) else {
+        return report(
+            "spec.target.simulated.preset",
+            format!("unknown preset `{}` (presets: {})", sim.preset, names()),
+        );
+    };
+    if sim.overrides.is_empty() {
+        return Some(setup);
+    }
+    let json = match serde_json::to_string(&sim.overrides) {
+        Ok(json) => json,
+        Err(e) => return report("spec.target.simulated.overrides", e.to_string()),
+    };
+    match apply_yaml_overrides(&setup, &json) {
+        Ok(setup) => Some(setup),
+        Err(e) => report("spec.target.simulated.overrides", e),
+    }
+}
+
+/// Whether the warm cache mode is asked for.
+fn wants_warm(spec: &CapacityBenchmarkSpec) -> bool {
+    spec.experiments.cache_modes.contains(&CacheModeName::Warm)
+}
+
+fn mode_name(mode: CacheModeName) -> &'static str {
+    match mode {
+        CacheModeName::Cold => "cold",
+        CacheModeName::Warm => "warm",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        Experiments, PeakForecast, RateSweep, Reporting, Saturation, Target, WorkloadSource,
+    };
+    use crate::workload::seed_manifest;
+
+    fn spec() -> CapacityBenchmarkSpec {
+        CapacityBenchmarkSpec {
+            target: Target::default(),
+            workload: WorkloadSource {
+                manifest: Some(Box::new(seed_manifest())),
+                ..WorkloadSource::default()
+            },
+            experiments: Experiments::default(),
+            acceptance: None,
+            repeats: 1,
+            peak: None,
+            reporting: Reporting::default(),
+        }
+    }
+
+    /// Findings of `edit` applied to the seed spec and manifest, as `(severity, path)`.
+    fn lint_with(
+        edit: impl FnOnce(&mut CapacityBenchmarkSpec, &mut WorkloadManifest),
+    ) -> Vec<Finding> {
+        let mut s = spec();
+        let mut m = seed_manifest();
+        edit(&mut s, &mut m);
+        s.workload.manifest = Some(Box::new(m.clone()));
+        lint(&s, &m)
+    }
+
+    fn errors(findings: &[Finding]) -> Vec<&str> {
+        findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.path.as_str())
+            .collect()
+    }
+
+    fn warnings(findings: &[Finding]) -> Vec<&str> {
+        findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .map(|f| f.path.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_seed_with_defaults_is_clean() {
+        let f = lint_with(|_, _| {});
+        assert!(f.is_empty(), "{f:?}");
+        let f = lint_with(|s, _| {
+            s.experiments.rate_sweep = Some(RateSweep {
+                rates: vec![8.0, 16.0, 24.0],
+                ..RateSweep::default()
+            });
+            s.peak = Some(PeakForecast {
+                rps: 36.0,
+                target_utilization: Some(0.75),
+                cache_mode: Some(CacheModeName::Cold),
+            });
+        });
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn a_capacity_from_saturation_alone_is_refused() {
+        let f = lint_with(|s, _| {
+            s.experiments.saturation = Some(Saturation::default());
+            s.peak = Some(PeakForecast {
+                rps: 36.0,
+                target_utilization: None,
+                cache_mode: None,
+            });
+        });
+        assert_eq!(errors(&f), ["spec.experiments.rateSweep"]);
+        assert!(f[0].message.contains("never validates an arrival rate"));
+        // Without a peak it is an exploratory run: a warning.
+        let f = lint_with(|s, _| s.experiments.saturation = Some(Saturation::default()));
+        assert!(errors(&f).is_empty());
+        assert_eq!(warnings(&f), ["spec.experiments.rateSweep"]);
+        // A rate sweep without rates and without saturation derives them: fine.
+        let f = lint_with(|s, _| s.experiments.rate_sweep = Some(RateSweep::default()));
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn too_few_scheduled_requests_for_the_sample_rule_are_refused() {
+        let f = lint_with(|s, m| {
+            s.experiments.max_blocks = 1;
+            m.client.initial_scheduled_requests = 100;
+            for (name, n) in [
+                ("interactive", 70),
+                ("long_context", 20),
+                ("generation_heavy", 10),
+            ] {
+                m.client.class_schedule_counts.insert(name.into(), n);
+            }
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.workload.manifest.client.class_schedule_counts.interactive",
+                "spec.workload.manifest.client.class_schedule_counts.long_context",
+                "spec.workload.manifest.client.class_schedule_counts.generation_heavy",
+            ]
+        );
+        assert!(
+            f[0].message.contains("no point can be adequate"),
+            "{}",
+            f[0].message
+        );
+        // Continuation blocks can make up the count: 2,200 × 1 block is enough for 2,000.
+        let f = lint_with(|s, _| s.experiments.max_blocks = 1);
+        assert!(f.is_empty(), "{f:?}");
+        // spec.acceptance replaces the manifest's gate.
+        let f = lint_with(|s, m| {
+            s.experiments.max_blocks = 1;
+            let mut a = m.acceptance.clone();
+            a.min_successful_samples_per_class = 30_000;
+            s.acceptance = Some(a);
+        });
+        assert_eq!(errors(&f).len(), 3, "{f:?}");
+        assert!(
+            f[0].message
+                .contains("spec.acceptance.min_successful_samples_per_class")
+        );
+    }
+
+    #[test]
+    fn manifest_file_paths_name_the_file() {
+        let mut s = spec();
+        s.workload = WorkloadSource {
+            manifest_file: Some("m.yaml".into()),
+            ..WorkloadSource::default()
+        };
+        let mut m = seed_manifest();
+        m.client.warmup_seconds = 0.0;
+        let f = lint(&s, &m);
+        assert_eq!(
+            warnings(&f),
+            ["spec.workload.manifestFile(m.yaml).client.warmup_seconds"]
+        );
+        assert_eq!(f[0].message, NO_WARMUP);
+    }
+
+    #[test]
+    fn repeated_cold_prompts_and_a_warm_run_without_prefix_cache() {
+        let f = lint_with(|s, _| s.experiments.cold_prompts = ColdPrompts::Repeated);
+        assert_eq!(errors(&f), ["spec.experiments.coldPrompts"]);
+        let f = lint_with(|s, m| {
+            s.experiments.cache_modes = vec![CacheModeName::Cold, CacheModeName::Warm];
+            s.experiments.warm_pool.prefix_tokens = 256;
+            m.engine.prefix_cache = Toggle::Disabled;
+        });
+        assert!(errors(&f).is_empty(), "{f:?}");
+        // The manifest's prefix cache and the simulated engine's (the default preset's is off).
+        assert_eq!(
+            warnings(&f),
+            [
+                "spec.experiments.cacheModes",
+                "spec.target.simulated.overrides"
+            ]
+        );
+        let f = lint_with(|s, _| {
+            s.experiments.cache_modes = vec![CacheModeName::Warm];
+            s.target.simulated = Some(SimulatedTarget {
+                overrides: [("prefix_caching".into(), serde_json::Value::Bool(true))].into(),
+                ..SimulatedTarget::default()
+            });
+        });
+        // The default 512-token prefix is the whole prompt of generation_heavy (512).
+        assert_eq!(warnings(&f), ["spec.experiments.warmPool.prefixTokens"]);
+        assert!(
+            f[0].message.contains("`generation_heavy` (512)"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn mean_only_reporting_is_refused() {
+        for stats in [vec![Statistic::Mean], vec![]] {
+            let f = lint_with(|s, _| s.reporting.statistics = stats);
+            assert_eq!(errors(&f), ["spec.reporting.statistics"]);
+        }
+        let f = lint_with(|s, _| s.reporting.statistics = vec![Statistic::Mean, Statistic::P99]);
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn targets_are_checked() {
+        let f = lint_with(|s, _| {
+            s.target.url = Some("localhost:8000".into());
+            s.target.simulated = Some(SimulatedTarget::default());
+            s.target.metrics_urls = vec!["http://ok:8001".into(), "ftp://x".into()];
+            s.target.prometheus = Some(crate::api::PrometheusSource {
+                url: "prom:9090".into(),
+                selector: String::new(),
+                step_seconds: 0.0,
+            });
+            s.target.replicas = Some(0);
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.target.url",
+                "spec.target",
+                "spec.target.metricsUrls[1]",
+                "spec.target.prometheus.url",
+                "spec.target.prometheus.stepSeconds",
+                "spec.target.replicas",
+            ]
+        );
+        assert_eq!(warnings(&f), ["spec.target.model"]);
+        assert!(f.last().unwrap().message.contains("dense-70b-class"));
+
+        let f = lint_with(|s, _| {
+            s.target.simulated = Some(SimulatedTarget {
+                preset: "".into(),
+                time_scale: f64::INFINITY,
+                replicas: 0,
+                stream_interval: 0,
+                ..SimulatedTarget::default()
+            });
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.target.simulated.preset",
+                "spec.target.simulated.replicas",
+                "spec.target.simulated.timeScale",
+                "spec.target.simulated.streamInterval",
+            ]
+        );
+        let f = lint_with(|s, _| {
+            s.target.simulated = Some(SimulatedTarget {
+                preset: "gpt-9-tpu".into(),
+                ..SimulatedTarget::default()
+            });
+        });
+        assert_eq!(errors(&f), ["spec.target.simulated.preset"]);
+        assert!(f[0].message.contains("qwen2.5-7b-h100"));
+        let f = lint_with(|s, _| {
+            s.target.simulated = Some(SimulatedTarget {
+                overrides: [("max_num_sequences".into(), 5.into())].into(),
+                ..SimulatedTarget::default()
+            });
+        });
+        assert_eq!(errors(&f), ["spec.target.simulated.overrides"]);
+        assert!(
+            f[0].message.contains("max_num_sequences"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn experiment_ranges_are_checked() {
+        let f = lint_with(|s, _| {
+            s.repeats = 0;
+            let e = &mut s.experiments;
+            e.saturation = Some(Saturation {
+                concurrency: vec![0, 8, 8, 4],
+                duration_seconds: 0.0,
+            });
+            e.rate_sweep = Some(RateSweep {
+                rates: vec![4.0, f64::NAN, 2.0, 2.0, -1.0],
+                points: 1,
+                low_fraction: 0.8,
+                high_fraction: 0.8,
+            });
+            e.cache_modes = vec![CacheModeName::Cold, CacheModeName::Cold];
+            e.max_blocks = 0;
+            e.max_lag_ms = 0.0;
+            s.peak = Some(PeakForecast {
+                rps: 0.0,
+                target_utilization: Some(1.5),
+                cache_mode: Some(CacheModeName::Warm),
+            });
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.experiments.saturation.concurrency[0]",
+                "spec.experiments.saturation.concurrency[2]",
+                "spec.experiments.saturation.concurrency[3]",
+                "spec.experiments.saturation.durationSeconds",
+                "spec.experiments.rateSweep.rates[1]",
+                "spec.experiments.rateSweep.rates[3]",
+                "spec.experiments.rateSweep.rates[4]",
+                "spec.experiments.rateSweep.points",
+                "spec.experiments.rateSweep.highFraction",
+                "spec.experiments.cacheModes[1]",
+                "spec.experiments.maxBlocks",
+                "spec.experiments.maxLagMs",
+                "spec.repeats",
+                "spec.peak.rps",
+                "spec.peak.targetUtilization",
+                "spec.peak.cacheMode",
+            ]
+        );
+        let f = lint_with(|s, _| s.experiments.cache_modes.clear());
+        assert_eq!(errors(&f), ["spec.experiments.cacheModes"]);
+    }
+
+    #[test]
+    fn a_workload_needs_exactly_one_source() {
+        let mut s = spec();
+        s.workload = WorkloadSource::default();
+        assert_eq!(errors(&lint_spec(&s)), ["spec.workload"]);
+        s.workload.manifest = Some(Box::new(seed_manifest()));
+        s.workload.manifest_file = Some("m.yaml".into());
+        assert_eq!(errors(&lint_spec(&s)), ["spec.workload"]);
+    }
+
+    #[test]
+    fn trace_arrivals_cannot_be_swept() {
+        let f = lint_with(|_, m| m.client.arrival_pattern = ArrivalPattern::Trace);
+        assert_eq!(
+            errors(&f),
+            ["spec.workload.manifest.client.arrival_pattern"]
+        );
+    }
+}

@@ -3,8 +3,10 @@
 
 mod capacity_benchmark;
 pub mod lint;
+mod load;
 
 pub use capacity_benchmark::*;
+pub use load::*;
 
 /// API group of every goodput custom resource.
 pub const GROUP: &str = "goodput.dev";

@@ -1,3 +1,860 @@
-//! `goodput bench`: the whole capacity benchmark on one machine.
+//! `goodput bench`: the whole capacity benchmark on one machine (the local shell).
+//!
+//! One `CapacityBenchmark` spec → per cache mode: a saturation sweep (closed loop) that
+//! finds the knee and proposes the rate sweep's range, then the open-loop rate sweep with
+//! every point analysed and gated by the core, extended until a failing rate sits above a
+//! passing one; capacity, per-replica capacity and the replica plan; the capacity pack.
+//!
+//! Time scaling: against the simulated engine run `K` times faster than real time, every
+//! duration handed to the load generator (warmup, minimum duration, timeouts, closed-loop
+//! duration, scrape interval) is divided by `K` and every rate multiplied by `K`; the
+//! measured records and engine series are multiplied back by `K` before the analysis core
+//! sees them, so reports, gates and verdicts are in real-time units.
 
 pub mod result;
+pub mod sweep;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::watch;
+
+use crate::analysis::PointReport;
+use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec};
+use crate::engine_metrics::prometheus_api::{PrometheusSource, query_range_series};
+use crate::engine_metrics::scrape::discover_targets;
+use crate::loadgen::point::{
+    MeasuredPoint, PointError, PointPlan, PointSummaryFile, measure_point, write_json,
+};
+use crate::loadgen::prompt::CacheMode;
+use crate::loadgen::run::{LoadConfig, LoadMode};
+use crate::planning::{
+    PlanInput, SweepEntry, SweepFile, SweepPoint, plan_replicas, select_capacity,
+};
+use crate::sim::fleet::{Fleet, FleetConfig, start_fleet};
+use crate::sim::live::ReplicaConfig;
+use crate::sim::router::RouterConfig;
+use crate::workload::hashing::mix64;
+use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
+use crate::workload::{Resolved, WorkloadManifest};
+use result::{
+    BenchResult, ModeResult, PointResult, SaturationLevel, SaturationResult, TargetFacts,
+};
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The spec cannot be run as written.
+    #[error("{0}")]
+    Spec(String),
+    /// The simulated engine could not start.
+    #[error("simulated engine: {0}")]
+    Simulated(String),
+    /// A point could not be run or written.
+    #[error(transparent)]
+    Point(#[from] PointError),
+    /// A pack file could not be written.
+    #[error("cannot write {0}: {1}")]
+    Write(String, std::io::Error),
+    /// The HTTP client could not be built.
+    #[error("HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// How the capacity verdict treats repeats (stated in every report).
+pub const CAPACITY_RULE: &str = "capacity = the highest offered rate whose point passes the \
+    per-class gate in every repeat (a rate that fails in any repeat is not capacity; the \
+    spread across repeats is reported, never only the best run); points the client could \
+    not drive on schedule are not evidence and are left out";
+
+/// How the queue trend is decided (stated in every report).
+pub const QUEUE_TREND_RULE: &str = "queue trend = least-squares line through the engine's \
+    waiting-queue gauge (summed over replicas, scraped through the measured window); \
+    `growing` when its slope is significantly positive (t > 3 against its standard error) \
+    and the fitted line rises by more than max(5 requests, half the mean queue) over the \
+    window, else `flat` (a queue steady at any level is flat); without engine metrics the \
+    client's in-flight count is tested the same way";
+
+/// Options of one run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// The pack folder.
+    pub out: PathBuf,
+    /// Progress bar on stderr.
+    pub progress: bool,
+}
+
+/// A running target: the simulated fleet (kept alive for the run) or a URL.
+struct Target {
+    fleet: Option<Fleet>,
+    facts: TargetFacts,
+    metrics_targets: Vec<String>,
+    time_scale: f64,
+}
+
+/// Runs the benchmark and writes the capacity pack into `options.out`.
+pub async fn run_bench(
+    benchmark: &CapacityBenchmark,
+    manifest: &WorkloadManifest,
+    options: &BenchOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<BenchResult, BenchError> {
+    let wall = Instant::now();
+    let started_at = rfc3339_now();
+    let spec = &benchmark.spec;
+    let client = crate::http_client::load_client(false)?;
+    let target = start_target(spec, manifest, &client).await?;
+    let k = target.time_scale;
+    let name = benchmark
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "benchmark".into());
+    std::fs::create_dir_all(&options.out)
+        .map_err(|e| BenchError::Write(options.out.display().to_string(), e))?;
+
+    let mut frozen = manifest.clone();
+    frozen.resolved = Some(resolve_identity(&client, &target).await);
+    write_yaml(&options.out.join("workload-manifest.yaml"), &frozen)?;
+    write_yaml(&options.out.join("capacity-benchmark.yaml"), benchmark)?;
+
+    let bar = progress_bar(options.progress);
+    let runner = Runner {
+        spec,
+        manifest,
+        client,
+        target: &target,
+        out: options.out.clone(),
+        bar: bar.clone(),
+        stop,
+    };
+    let mut modes = Vec::new();
+    let mut warnings = Vec::new();
+    for cache in &spec.experiments.cache_modes {
+        modes.push(runner.mode(*cache, &mut warnings).await?);
+    }
+    bar.finish_and_clear();
+
+    let plan_cache_mode = spec.peak.as_ref().and_then(|p| p.cache_mode).or_else(|| {
+        // The lowest capacity among the modes run: the conservative plan.
+        modes
+            .iter()
+            .filter(|m| m.capacity_rps.is_some())
+            .min_by(|a, b| {
+                a.capacity_rps
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.capacity_rps.unwrap_or(0.0))
+            })
+            .map(|m| m.cache)
+    });
+    let plan = plan_cache_mode
+        .and_then(|c| modes.iter().find(|m| m.cache == c))
+        .and_then(|m| m.plan.clone());
+    if let (Some(_), None) = (&spec.peak, &plan) {
+        warnings.push("no replica plan: no rate passed the gate in the plan's cache mode".into());
+    }
+    let result = BenchResult {
+        name,
+        started_at,
+        wall_seconds: wall.elapsed().as_secs_f64(),
+        target: target.facts.clone(),
+        time_scale: k,
+        repeats: spec.repeats.max(1),
+        capacity_rule: CAPACITY_RULE.into(),
+        queue_trend_rule: QUEUE_TREND_RULE.into(),
+        gate: manifest.gate_config(),
+        class_names: manifest.workload.iter().map(|c| c.name.clone()).collect(),
+        statistics: spec.reporting.statistics.clone(),
+        modes,
+        peak: spec.peak.clone(),
+        plan_cache_mode,
+        plan,
+        warnings,
+    };
+    write_json(&options.out.join("sweep.json"), &result)?;
+    crate::pack::write_reports(&options.out, &result)
+        .map_err(|e| BenchError::Write(options.out.display().to_string(), e))?;
+    if let Some(fleet) = target.fleet {
+        fleet.shutdown().await;
+    }
+    Ok(result)
+}
+
+struct Runner<'a> {
+    spec: &'a CapacityBenchmarkSpec,
+    manifest: &'a WorkloadManifest,
+    client: reqwest::Client,
+    target: &'a Target,
+    out: PathBuf,
+    bar: ProgressBar,
+    stop: watch::Receiver<bool>,
+}
+
+impl Runner<'_> {
+    /// Saturation (when asked or needed), the rate sweep with its extensions, capacity and
+    /// plan of one cache mode.
+    async fn mode(
+        &self,
+        cache: CacheModeName,
+        warnings: &mut Vec<String>,
+    ) -> Result<ModeResult, BenchError> {
+        let ex = &self.spec.experiments;
+        let sweep_spec = ex.rate_sweep.clone();
+        let saturation_spec = match (&ex.saturation, &sweep_spec) {
+            (Some(s), _) => Some(s.clone()),
+            // No fixed rates: a saturation sweep proposes them.
+            (None, None) => Some(Default::default()),
+            (None, Some(r)) if r.rates.is_empty() => Some(Default::default()),
+            (None, Some(_)) => None,
+        };
+        let range = sweep_spec.clone().unwrap_or_default();
+        let mut saturation = None;
+        if let Some(sat) = &saturation_spec {
+            let mut levels = Vec::new();
+            for &c in &sat.concurrency {
+                levels.push(
+                    self.saturation_level(cache, c, sat.duration_seconds)
+                        .await?,
+                );
+            }
+            let knee = sweep::knee(&levels).cloned();
+            let proposed = match (
+                &knee,
+                sweep_spec.as_ref().is_some_and(|r| !r.rates.is_empty()),
+            ) {
+                (_, true) => Vec::new(),
+                (Some(k), false) => sweep::proposed_rates(
+                    k.throughput_rps,
+                    range.low_fraction,
+                    range.high_fraction,
+                    range.points,
+                ),
+                (None, false) => {
+                    // Even the lowest level missed the SLOs: sweep below its throughput.
+                    let low = levels.first().map_or(1.0, |l| l.throughput_rps.max(0.01));
+                    warnings.push(format!(
+                        "{cache:?}: no saturation level met every class's SLOs; sweeping \
+                         below the lowest level's throughput ({low:.2} RPS)"
+                    ));
+                    sweep::proposed_rates(low, 0.25, 1.0, range.points)
+                }
+            };
+            if knee
+                .as_ref()
+                .is_some_and(|k| Some(k.concurrency) == levels.last().map(|l| l.concurrency))
+            {
+                warnings.push(format!(
+                    "{cache:?}: every saturation level met the SLOs; the knee may lie above \
+                     the highest concurrency tried"
+                ));
+            }
+            saturation = Some(SaturationResult {
+                levels,
+                knee,
+                rule: sweep::knee_rule(range.low_fraction, range.high_fraction, range.points),
+                proposed_rates: proposed,
+            });
+        }
+        let mut rates: Vec<f64> = match sweep_spec.as_ref().filter(|r| !r.rates.is_empty()) {
+            Some(r) => r.rates.clone(),
+            None => saturation
+                .as_ref()
+                .map(|s| s.proposed_rates.clone())
+                .unwrap_or_default(),
+        };
+        let run_rates = sweep_spec.is_some() || ex.saturation.is_none();
+        let mut points: Vec<PointResult> = Vec::new();
+        if run_rates {
+            let mut extensions = 0;
+            let mut queue: Vec<f64> = rates.clone();
+            loop {
+                for rate in std::mem::take(&mut queue) {
+                    for repeat in 0..self.spec.repeats.max(1) {
+                        points.push(self.rate_point(cache, rate, repeat).await?);
+                    }
+                }
+                let passed: Vec<(f64, bool)> = rates
+                    .iter()
+                    .map(|&r| {
+                        (
+                            r,
+                            points
+                                .iter()
+                                .filter(|p| p.offered_rps == r)
+                                .all(|p| p.valid && sweep::passed(&p.report)),
+                        )
+                    })
+                    .collect();
+                match sweep::extension(&passed) {
+                    Some(next) if extensions < sweep::MAX_EXTENSIONS && !rates.contains(&next) => {
+                        extensions += 1;
+                        rates.push(next);
+                        queue.push(next);
+                    }
+                    Some(_) => {
+                        warnings.push(format!(
+                            "{cache:?}: the sweep does not bracket the capacity after \
+                             {extensions} extension(s); widen experiments.rateSweep"
+                        ));
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+        points.sort_by(|a, b| {
+            a.offered_rps
+                .total_cmp(&b.offered_rps)
+                .then(a.repeat.cmp(&b.repeat))
+        });
+        self.finish_mode(cache, saturation, points, warnings)
+    }
+
+    fn finish_mode(
+        &self,
+        cache: CacheModeName,
+        saturation: Option<SaturationResult>,
+        points: Vec<PointResult>,
+        warnings: &mut Vec<String>,
+    ) -> Result<ModeResult, BenchError> {
+        let gate = self.manifest.gate_config();
+        for p in points.iter().filter(|p| !p.valid) {
+            warnings.push(format!(
+                "{cache:?} {} RPS repeat {}: not evidence ({}); left out of the capacity",
+                p.offered_rps,
+                p.repeat,
+                p.validity_reasons.join("; ")
+            ));
+        }
+        let evidence: Vec<SweepPoint> = points
+            .iter()
+            .filter(|p| p.valid)
+            .map(|p| SweepPoint {
+                offered_rps: p.offered_rps,
+                report: p.report.clone(),
+            })
+            .collect();
+        let selection = select_capacity(&evidence, &gate);
+        let capacity_rps = selection.capacity_rps;
+        let replicas = self.target.facts.replicas;
+        let capacity_per_replica_rps = capacity_rps.map(|c| c / f64::from(replicas.max(1)));
+        let plan = match (&self.spec.peak, capacity_rps) {
+            (Some(peak), Some(capacity)) => plan_replicas(PlanInput {
+                peak_rps: peak.rps,
+                capacity_rps: capacity,
+                replicas_tested: replicas,
+                gpus_per_replica: self.target.facts.gpus_per_replica,
+                target_utilization: peak
+                    .target_utilization
+                    .unwrap_or(self.manifest.acceptance.target_utilization),
+            })
+            .map_err(|e| BenchError::Spec(format!("spec.peak: {e}")))
+            .map(Some)?,
+            _ => None,
+        };
+        let first = self
+            .manifest
+            .workload
+            .first()
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        let pairs: Vec<(f64, &PointReport)> =
+            points.iter().map(|p| (p.offered_rps, &p.report)).collect();
+        let spread = sweep::spread(&pairs, &first);
+        let rates: Vec<f64> = points
+            .iter()
+            .filter_map(|p| p.engine_findings.as_ref()?.prefix_cache_hit_rate)
+            .collect();
+        let mean_prefix_cache_hit_rate =
+            (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64);
+        // A per-mode sweep file that `goodput plan --sweep` reads as is.
+        let sweep_file = SweepFile {
+            replicas_tested: Some(replicas),
+            gpus_per_replica: Some(self.target.facts.gpus_per_replica),
+            points: points
+                .iter()
+                .filter(|p| p.valid)
+                .map(|p| SweepEntry {
+                    offered_rps: p.offered_rps,
+                    report: None,
+                    report_path: Some(format!("{}/slo-report.json", relative_to_mode(&p.dir))),
+                })
+                .collect(),
+        };
+        write_json(
+            &self.out.join(mode_dir(cache)).join("sweep.json"),
+            &sweep_file,
+        )?;
+        Ok(ModeResult {
+            cache,
+            saturation,
+            points,
+            selection,
+            spread,
+            capacity_rps,
+            capacity_per_replica_rps,
+            plan,
+            mean_prefix_cache_hit_rate,
+        })
+    }
+
+    /// One closed-loop level.
+    async fn saturation_level(
+        &self,
+        cache: CacheModeName,
+        concurrency: u32,
+        duration_s: f64,
+    ) -> Result<SaturationLevel, BenchError> {
+        let dir = format!("{}/saturation/c{concurrency}", mode_dir(cache));
+        self.bar
+            .set_message(format!("{cache:?} saturation: {concurrency} in flight"));
+        let mode = LoadMode::Concurrency {
+            concurrency: concurrency.max(1) as usize,
+            duration_s,
+        };
+        let seed = self.manifest.client.request_schedule_seed;
+        let summary = self.point(cache, mode, seed, &dir).await?;
+        self.bar.inc(1);
+        let r = &summary.report;
+        let first = self
+            .manifest
+            .workload
+            .first()
+            .and_then(|c| r.classes.get(&c.name));
+        let min = self.manifest.acceptance.class_slo_attainment_min;
+        Ok(SaturationLevel {
+            concurrency,
+            dir,
+            throughput_rps: r.request_throughput_rps,
+            output_tps: r.output_throughput_tps,
+            weakest_attainment: r
+                .classes
+                .values()
+                .filter_map(|c| c.attainment)
+                .reduce(f64::min),
+            p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
+            p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
+            slos_met: !r.classes.is_empty()
+                && r.classes
+                    .values()
+                    .all(|c| c.attainment.is_some_and(|a| a >= min)),
+        })
+    }
+
+    /// One open-loop point (one repeat).
+    async fn rate_point(
+        &self,
+        cache: CacheModeName,
+        rate: f64,
+        repeat: u32,
+    ) -> Result<PointResult, BenchError> {
+        let base = self.manifest.client.request_schedule_seed;
+        // Repeat 0 is the manifest's schedule; others get derived seeds.
+        let seed = if repeat == 0 {
+            base
+        } else {
+            mix64(base ^ u64::from(repeat))
+        };
+        let dir = format!(
+            "{}/rate-{}rps{}",
+            mode_dir(cache),
+            rate_label(rate),
+            if self.spec.repeats > 1 {
+                format!("-r{repeat}")
+            } else {
+                String::new()
+            }
+        );
+        self.bar.set_message(format!(
+            "{cache:?} {} RPS{}",
+            rate_label(rate),
+            if self.spec.repeats > 1 {
+                format!(" repeat {}", repeat + 1)
+            } else {
+                String::new()
+            }
+        ));
+        let summary = self
+            .point(cache, LoadMode::Rate { rate }, seed, &dir)
+            .await?;
+        self.bar.inc(1);
+        write_json(
+            &self.out.join(&dir).join("slo-report.json"),
+            &summary.report,
+        )?;
+        Ok(PointResult {
+            offered_rps: rate,
+            repeat,
+            seed,
+            dir,
+            valid: summary.validity.valid,
+            validity_reasons: summary.validity.reasons.clone(),
+            queue_trend_source: summary.queue_trend_source.clone(),
+            engine_findings: summary.engine_findings.clone(),
+            littles_law: summary.littles_law,
+            schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
+            report: summary.report,
+        })
+    }
+
+    /// Runs one point on the run's clock, converts it to model time and writes its files.
+    async fn point(
+        &self,
+        cache: CacheModeName,
+        mode: LoadMode,
+        seed: u64,
+        dir: &str,
+    ) -> Result<PointSummaryFile, BenchError> {
+        let k = self.target.time_scale;
+        let ex = &self.spec.experiments;
+        let m = self.manifest;
+        let warm = cache == CacheModeName::Warm;
+        let shared_prefix = warm.then_some(SharedPrefix {
+            pool: ex.warm_pool.prefixes.max(1),
+            tokens: ex.warm_pool.prefix_tokens,
+            zipf: ex.warm_pool.zipf,
+        });
+        let arrival = m.arrival().ok_or_else(|| {
+            BenchError::Spec(
+                "the manifest's arrival pattern is `trace`: replay traces with `goodput loadgen \
+                 --trace`; bench needs a generated arrival process"
+                    .into(),
+            )
+        })?;
+        let schedule = ScheduleSpec {
+            classes: m.schedule_classes(),
+            requests: m.client.initial_scheduled_requests,
+            seed,
+            arrival,
+            output_jitter: 0.0,
+            shared_prefix,
+        };
+        let mut real = LoadConfig {
+            cache: if warm {
+                CacheMode::Warm
+            } else {
+                CacheMode::Cold
+            },
+            shared_prefix,
+            seed,
+            ..LoadConfig::for_manifest(
+                m,
+                self.target.facts.url.clone(),
+                self.target.facts.model.clone(),
+                mode,
+            )
+        };
+        if self.spec.target.api == crate::api::TargetApi::Chat {
+            real.api = crate::loadgen::Api::Chat;
+            real.text_words_per_token = Some(0.75);
+            real.prompt_method = crate::loadgen::prompt::PromptMethod::TextEstimated;
+        }
+        let real_plan = PointPlan {
+            max_blocks: u64::from(ex.max_blocks.max(1)),
+            scrape_interval: Duration::from_secs_f64(ex.scrape_interval_seconds.max(0.01)),
+            // The client's lag is judged on the run's own clock: `max_lag_ms` of wall time,
+            // which is `K` times as much model time.
+            max_lag_ms: ex.max_lag_ms * k,
+            ..PointPlan::for_manifest(m, schedule, self.target.metrics_targets.clone())
+        };
+        let scaled = LoadConfig {
+            mode: match mode {
+                LoadMode::Rate { rate } => LoadMode::Rate { rate: rate * k },
+                LoadMode::Concurrency {
+                    concurrency,
+                    duration_s,
+                } => LoadMode::Concurrency {
+                    concurrency,
+                    duration_s: duration_s / k,
+                },
+            },
+            warmup_s: real.warmup_s / k,
+            timeouts: crate::loadgen::Timeouts {
+                request: real.timeouts.request.div_f64(k),
+                stall: real.timeouts.stall.div_f64(k),
+                connect: real.timeouts.connect,
+            },
+            ..real.clone()
+        };
+        let scaled_plan = PointPlan {
+            min_duration_s: real_plan.min_duration_s / k,
+            scrape_interval: real_plan
+                .scrape_interval
+                .div_f64(k)
+                .max(Duration::from_millis(10)),
+            max_lag_ms: ex.max_lag_ms,
+            ..real_plan.clone()
+        };
+        let mut measured: MeasuredPoint = measure_point(
+            self.client.clone(),
+            &scaled,
+            &scaled_plan,
+            self.stop.clone(),
+        )
+        .await?;
+        if let Some(p) = &self.spec.target.prometheus {
+            let source = PrometheusSource {
+                base_url: p.url.clone(),
+                selector: p.selector.clone(),
+                step_s: p.step_seconds,
+            };
+            let end = measured.started_unix_s + measured.run.start.elapsed().as_secs_f64();
+            // Prometheus has the window's last samples only after its next scrape.
+            tokio::time::sleep(Duration::from_secs_f64(p.step_seconds.clamp(0.0, 60.0))).await;
+            match query_range_series(&self.client, &source, None, measured.started_unix_s, end)
+                .await
+            {
+                Ok(series) => measured.series = Some(series),
+                // The point stands on the client's records; the queue trend then comes
+                // from the client's in-flight count, and the summary says so.
+                Err(e) => self
+                    .bar
+                    .println(format!("warning: {dir}: engine metrics: {e}")),
+            }
+        }
+        measured.rescale(k);
+        let summary = measured.summarize(&real, &real_plan)?;
+        measured.write(&summary, &real_plan, &self.out.join(dir))?;
+        Ok(summary)
+    }
+}
+
+/// Starts the simulated engine in-process (no `target.url`) or takes the URL.
+async fn start_target(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    client: &reqwest::Client,
+) -> Result<Target, BenchError> {
+    let placement = &manifest.engine.placement;
+    let manifest_gpus = (placement.gpus / placement.replicas.max(1)).max(1);
+    if let Some(url) = &spec.target.url {
+        let url = url.trim_end_matches('/').to_owned();
+        return Ok(Target {
+            fleet: None,
+            facts: TargetFacts {
+                kind: "url".into(),
+                url,
+                model: spec
+                    .target
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| manifest.model.id.clone()),
+                preset: None,
+                engine_profile: None,
+                replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),
+                gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+            },
+            metrics_targets: spec.target.metrics_urls.clone(),
+            time_scale: 1.0,
+        });
+    }
+    let sim = spec.target.simulated.clone().unwrap_or_default();
+    let mut setup = crate::sim::setup::preset(&sim.preset).ok_or_else(|| {
+        BenchError::Spec(format!(
+            "spec.target.simulated.preset: unknown preset `{}` (see `goodput simulate --list-presets`)",
+            sim.preset
+        ))
+    })?;
+    if !sim.overrides.is_empty() {
+        let yaml = serde_json::to_string(&sim.overrides)
+            .map_err(|e| BenchError::Spec(format!("spec.target.simulated.overrides: {e}")))?;
+        setup = crate::sim::setup::apply_yaml_overrides(&setup, &yaml)
+            .map_err(|e| BenchError::Spec(format!("spec.target.simulated.overrides: {e}")))?;
+    }
+    let k = sim.time_scale;
+    if !(k.is_finite() && k > 0.0) {
+        return Err(BenchError::Spec(format!(
+            "spec.target.simulated.timeScale must be positive, got {k}"
+        )));
+    }
+    let model = spec
+        .target
+        .model
+        .clone()
+        .unwrap_or_else(|| setup.model.clone());
+    let fleet = start_fleet(FleetConfig {
+        replica: ReplicaConfig {
+            time_scale: k,
+            stream_interval: sim.stream_interval.max(1),
+            ..ReplicaConfig::new(setup)
+        },
+        replicas: sim.replicas.max(1),
+        host: std::net::Ipv4Addr::LOCALHOST.into(),
+        port: 0,
+        router: RouterConfig::default(),
+        cold_start: Duration::from_secs(1),
+        faults: Default::default(),
+    })
+    .await
+    .map_err(|e| BenchError::Simulated(e.to_string()))?;
+    let url = fleet.router_url();
+    let metrics_targets = discover_targets(client, &url)
+        .await
+        .map_err(|e| BenchError::Simulated(e.to_string()))?;
+    Ok(Target {
+        fleet: Some(fleet),
+        facts: TargetFacts {
+            kind: "simulated".into(),
+            url,
+            model,
+            preset: Some(sim.preset.clone()),
+            engine_profile: Some("vllm".into()),
+            replicas: sim.replicas.max(1),
+            gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+        },
+        metrics_targets,
+        time_scale: k,
+    })
+}
+
+/// What the run found about the system under test, recorded in the frozen manifest.
+async fn resolve_identity(client: &reqwest::Client, target: &Target) -> Resolved {
+    let facts = &target.facts;
+    let (engine, version) = if target.fleet.is_some() {
+        (
+            "goodput simulated engine".to_owned(),
+            Some(env!("CARGO_PKG_VERSION").to_owned()),
+        )
+    } else {
+        // vLLM and SGLang answer `GET /version` with `{"version": "..."}`.
+        let version = async {
+            let r = client
+                .get(format!("{}/version", facts.url))
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+                .ok()?;
+            let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
+            v["version"].as_str().map(str::to_owned)
+        }
+        .await;
+        ("unknown (from the target URL)".to_owned(), version)
+    };
+    let served = async {
+        let r = client
+            .get(format!("{}/v1/models", facts.url))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
+        Some(
+            v["data"]
+                .as_array()?
+                .iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>(),
+        )
+    }
+    .await;
+    Resolved {
+        target_url: facts.url.clone(),
+        engine,
+        engine_version: version,
+        served_models: served.unwrap_or_default(),
+        model_sent: facts.model.clone(),
+        simulated_preset: facts.preset.clone(),
+        time_scale: target.time_scale,
+        goodput_version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+fn progress_bar(enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    // The template is a constant that parses; a failure would only lose the styling.
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos} points · {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// `cold` / `warm`.
+pub fn mode_dir(cache: CacheModeName) -> &'static str {
+    match cache {
+        CacheModeName::Cold => "cold",
+        CacheModeName::Warm => "warm",
+    }
+}
+
+fn relative_to_mode(dir: &str) -> &str {
+    dir.split_once('/').map_or(dir, |(_, rest)| rest)
+}
+
+/// A rate as a folder name: `12.5`, `8`.
+pub fn rate_label(rate: f64) -> String {
+    let s = format!("{rate:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+fn write_yaml(path: &Path, value: &impl serde::Serialize) -> Result<(), BenchError> {
+    let text = serde_saphyr::to_string(value).map_err(|e| {
+        BenchError::Write(
+            path.display().to_string(),
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    std::fs::write(path, text).map_err(|e| BenchError::Write(path.display().to_string(), e))
+}
+
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The default pack folder: `./capacity-pack/<name>-<UTC timestamp>/`.
+pub fn default_pack_dir(name: &str) -> PathBuf {
+    let stamp: String = rfc3339_now()
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect();
+    PathBuf::from("capacity-pack").join(format!("{name}-{stamp}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn rate_labels_are_short() {
+        assert_eq!(rate_label(12.0), "12");
+        assert_eq!(rate_label(12.5), "12.5");
+        assert_eq!(rate_label(6.69), "6.69");
+    }
+}

@@ -107,6 +107,21 @@ impl MetricsSeries {
         }
     }
 
+    /// Multiplies every time by `k`: sample times, the interval, and histogram sums (all
+    /// latency histograms, in seconds). For an engine that ran `k` times faster than real
+    /// time, converted back to model time.
+    pub fn rescale(&mut self, k: f64) {
+        self.interval_s *= k;
+        for s in &mut self.samples {
+            s.t_s *= k;
+            for (key, v) in &mut s.values {
+                if key.ends_with("_sum") {
+                    *v *= k;
+                }
+            }
+        }
+    }
+
     /// Samples grouped by round, in round order.
     fn rounds(&self) -> BTreeMap<u64, Vec<&ScrapeSample>> {
         let mut out: BTreeMap<u64, Vec<&ScrapeSample>> = BTreeMap::new();

@@ -46,6 +46,29 @@ pub struct PointPlan {
     pub record_itl: bool,
 }
 
+impl PointPlan {
+    /// A point as the manifest sets it: its minimum duration, sample rule and gate; the
+    /// whole schedule (no shard), 1 s scrapes, lag limit 10 ms, no ITL column.
+    pub fn for_manifest(
+        manifest: &crate::workload::WorkloadManifest,
+        schedule: ScheduleSpec,
+        metrics_targets: Vec<String>,
+    ) -> Self {
+        PointPlan {
+            schedule,
+            min_duration_s: manifest.client.minimum_duration_seconds,
+            min_per_class: manifest.acceptance.min_successful_samples_per_class,
+            max_blocks: 10,
+            shard: (0, 1),
+            gate: manifest.gate_config(),
+            metrics_targets,
+            scrape_interval: Duration::from_secs(1),
+            max_lag_ms: 10.0,
+            record_itl: false,
+        }
+    }
+}
+
 /// The schedule, continued block by block until, from `warmup_s` on, it spans
 /// `min_duration_s` and schedules at least `min_per_class` requests of every class.
 pub fn point_schedule(
@@ -152,8 +175,23 @@ pub struct EngineFacts {
     pub failed: usize,
 }
 
+/// A point as measured, before analysis: the client's records and facts, the engine
+/// series, and the schedule facts.
+#[derive(Debug)]
+pub struct MeasuredPoint {
+    /// Records and client facts.
+    pub run: PointRun,
+    /// Engine series (scraped, or read from Prometheus afterwards).
+    pub series: Option<MetricsSeries>,
+    /// Prefixes sent before measurement (warm cache).
+    pub prewarmed: usize,
+    /// Seed, blocks, hash, continuations.
+    pub schedule: ScheduleFacts,
+    /// Wall clock (Unix seconds) at the schedule's time zero.
+    pub started_unix_s: f64,
+}
+
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
-#[allow(clippy::too_many_arguments)]
 pub async fn run_and_write(
     client: reqwest::Client,
     config: LoadConfig,
@@ -161,6 +199,20 @@ pub async fn run_and_write(
     out_dir: &Path,
     stop: watch::Receiver<bool>,
 ) -> Result<PointSummaryFile, PointError> {
+    let measured = measure_point(client, &config, &plan, stop).await?;
+    let summary = measured.summarize(&config, &plan)?;
+    measured.write(&summary, &plan, out_dir)?;
+    Ok(summary)
+}
+
+/// Runs the point: schedule (continued until the window and sample rules hold), prewarm,
+/// load with scraping, and continuation blocks for classes that failures left short.
+pub async fn measure_point(
+    client: reqwest::Client,
+    config: &LoadConfig,
+    plan: &PointPlan,
+    stop: watch::Receiver<bool>,
+) -> Result<MeasuredPoint, PointError> {
     let (rate, warmup_s) = match config.mode {
         LoadMode::Rate { rate } => (rate, config.warmup_s),
         // Closed loop ignores the times; one block gives the class and length sequence.
@@ -170,7 +222,7 @@ pub async fn run_and_write(
     let (whole, blocks) = if closed {
         (build_block(&plan.schedule, 1.0, 0, 0.0, 0)?, 1)
     } else {
-        point_schedule(&plan, rate, warmup_s)?
+        point_schedule(plan, rate, warmup_s)?
     };
     let hash = schedule_hash(&whole);
     let mine = shard(&whole, plan.shard.0, plan.shard.1);
@@ -178,7 +230,7 @@ pub async fn run_and_write(
     let longest_prompt = mine.iter().map(|r| r.input_tokens).max().unwrap_or(1);
 
     let prewarmed = match config.cache {
-        CacheMode::Warm => prewarm(&client, &config, longest_prompt).await,
+        CacheMode::Warm => prewarm(&client, config, longest_prompt).await,
         CacheMode::Cold => 0,
     };
 
@@ -195,6 +247,7 @@ pub async fn run_and_write(
             },
         ))
     });
+    let started_unix_s = unix_now_s();
     let mut run = run_point(client.clone(), config.clone(), mine, stop.clone()).await;
     // Failures can leave a class under the sample minimum although enough were scheduled:
     // continue the same schedule (next blocks) before the point is final.
@@ -205,7 +258,7 @@ pub async fn run_and_write(
     while !closed
         && !run.client.incomplete
         && blocks < plan.max_blocks
-        && short_classes(&plan, &run).is_some()
+        && short_classes(plan, &run).is_some()
     {
         let next = build_block(&plan.schedule, rate, blocks, last_at, next_index)?;
         next_index += next.len() as u64;
@@ -236,49 +289,95 @@ pub async fn run_and_write(
         Some(task) => task.await.ok(),
         None => None,
     };
-
-    let mut summary = summarize(
-        &config,
-        &plan,
-        &run,
-        series.as_ref(),
+    Ok(MeasuredPoint {
+        run,
+        series,
         prewarmed,
-        ScheduleFacts {
+        schedule: ScheduleFacts {
             seed: plan.schedule.seed,
             blocks,
             requests_per_block: plan.schedule.requests,
             requests,
             shard: format!("{}/{}", plan.shard.0, plan.shard.1),
             hash: format!("{hash:016x}"),
-            continuations: 0,
+            continuations: continued,
         },
-    )?;
-    summary.schedule.continuations = continued;
-    summary.schedule.blocks = blocks;
+        started_unix_s,
+    })
+}
 
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| PointError::Write(out_dir.display().to_string(), e))?;
-    let names: Vec<String> = plan
-        .schedule
-        .classes
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    let csv_path = out_dir.join("requests.csv");
-    let file = std::fs::File::create(&csv_path)
-        .map_err(|e| PointError::Write(csv_path.display().to_string(), e))?;
-    write_requests_csv(
-        std::io::BufWriter::new(file),
-        &run.records,
-        &names,
-        plan.record_itl,
-    )
-    .map_err(|e| PointError::Write(csv_path.display().to_string(), e.into()))?;
-    write_json(&out_dir.join("summary.json"), &summary)?;
-    if let Some(series) = &series {
-        write_json(&out_dir.join("engine-metrics.json"), series)?;
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl MeasuredPoint {
+    /// Converts the run's clock to model time for an engine that ran `k` times faster than
+    /// real time: every time and latency is multiplied by `k` (rates follow, since they
+    /// are counts over the scaled window).
+    pub fn rescale(&mut self, k: f64) {
+        for r in &mut self.run.records {
+            r.rescale(k);
+        }
+        let c = &mut self.run.client;
+        c.window_s *= k;
+        for p in &mut c.in_flight_series {
+            p.0 *= k;
+        }
+        c.refresh_from(&self.run.records);
+        if let Some(s) = &mut self.series {
+            s.rescale(k);
+        }
     }
-    Ok(summary)
+
+    /// The analysis core's report and everything else `summary.json` holds.
+    pub fn summarize(
+        &self,
+        config: &LoadConfig,
+        plan: &PointPlan,
+    ) -> Result<PointSummaryFile, PointError> {
+        summarize(
+            config,
+            plan,
+            &self.run,
+            self.series.as_ref(),
+            self.prewarmed,
+            self.schedule.clone(),
+        )
+    }
+
+    /// Writes `requests.csv`, `summary.json` and (when scraped) `engine-metrics.json`.
+    pub fn write(
+        &self,
+        summary: &PointSummaryFile,
+        plan: &PointPlan,
+        out_dir: &Path,
+    ) -> Result<(), PointError> {
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| PointError::Write(out_dir.display().to_string(), e))?;
+        let names: Vec<String> = plan
+            .schedule
+            .classes
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        let csv_path = out_dir.join("requests.csv");
+        let file = std::fs::File::create(&csv_path)
+            .map_err(|e| PointError::Write(csv_path.display().to_string(), e))?;
+        write_requests_csv(
+            std::io::BufWriter::new(file),
+            &self.run.records,
+            &names,
+            plan.record_itl,
+        )
+        .map_err(|e| PointError::Write(csv_path.display().to_string(), e.into()))?;
+        write_json(&out_dir.join("summary.json"), summary)?;
+        if let Some(series) = &self.series {
+            write_json(&out_dir.join("engine-metrics.json"), series)?;
+        }
+        Ok(())
+    }
 }
 
 /// The first class with fewer successes than the sample minimum, if any.
@@ -315,7 +414,8 @@ fn merge_runs(run: &mut PointRun, more: PointRun, offset: f64) {
     a.refresh_from(&run.records);
 }
 
-fn write_json(path: &Path, value: &impl Serialize) -> Result<(), PointError> {
+/// Writes `value` as pretty JSON with a trailing newline.
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), PointError> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| PointError::Write(path.display().to_string(), e.into()))?;
     std::fs::write(path, text + "\n").map_err(|e| PointError::Write(path.display().to_string(), e))

@@ -53,6 +53,21 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// Multiplies every time and latency by `k` (a run against an engine `k` times faster
+    /// than real time, converted back to model time).
+    pub fn rescale(&mut self, k: f64) {
+        self.scheduled_s *= k;
+        self.sent_s *= k;
+        self.first_token_s = self.first_token_s.map(|t| t * k);
+        self.last_token_s = self.last_token_s.map(|t| t * k);
+        self.ttft_ms *= k;
+        self.tpot_ms *= k;
+        self.e2e_ms *= k;
+        for gap in &mut self.itl_ms {
+            *gap *= k;
+        }
+    }
+
     /// Builds the record of `outcome`; latencies are measured from `scheduled` (open loop:
     /// the schedule's time, so client lag counts against the request).
     #[allow(clippy::too_many_arguments)]

@@ -78,6 +78,47 @@ pub struct LoadConfig {
     pub progress: bool,
 }
 
+impl LoadConfig {
+    /// A point's configuration as the manifest sets it: its warmup, request timeout
+    /// (cancellation, else 600 s), stop behaviour and sampling; cold cache, token-id prompts
+    /// on `/v1/completions`, no in-flight cap, no progress lines.
+    pub fn for_manifest(
+        manifest: &crate::workload::WorkloadManifest,
+        target: String,
+        model: String,
+        mode: LoadMode,
+    ) -> Self {
+        let stop = manifest.stop.as_ref();
+        let timeout_s = manifest
+            .cancellation
+            .as_ref()
+            .map_or(600.0, |c| c.request_timeout_seconds);
+        LoadConfig {
+            target,
+            model,
+            api: Api::Completions,
+            mode,
+            cache: CacheMode::Cold,
+            shared_prefix: None,
+            seed: manifest.client.request_schedule_seed,
+            timeouts: Timeouts {
+                request: Duration::from_secs_f64(timeout_s.max(0.001)),
+                stall: Duration::from_secs(60),
+                connect: Duration::from_secs(10),
+            },
+            warmup_s: manifest.client.warmup_seconds,
+            warmup_requests: 0,
+            ignore_eos: stop.is_none_or(|s| s.ignore_eos),
+            min_tokens: stop.is_none_or(|s| s.fixed_output_length),
+            temperature: manifest.sampling.as_ref().and_then(|s| s.temperature),
+            text_words_per_token: None,
+            prompt_method: PromptMethod::TokenIds,
+            max_in_flight: None,
+            progress: false,
+        }
+    }
+}
+
 /// What the client itself saw while running the point.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClientFacts {

@@ -1,1 +1,30 @@
-//! Capacity pack rendering (in progress).
+//! The capacity pack's human-facing files, rendered from a [`BenchResult`]: `sweep.md`,
+//! `plan.md`, the SVG plots and the terminal summary. Every figure is in real-time units;
+//! cache modes are always reported apart, never averaged.
+
+mod figures;
+mod markdown;
+mod plot;
+mod rows;
+mod summary;
+
+use std::fs;
+use std::path::Path;
+
+pub use markdown::{plan_markdown, sweep_markdown};
+pub use plot::write_plots;
+pub use summary::summary_text;
+
+use crate::bench::result::BenchResult;
+
+/// Writes `sweep.md` and `plan.md` into `dir`, and the plots into `dir/plots/`.
+pub fn write_reports(dir: &Path, result: &BenchResult) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::write(dir.join("sweep.md"), sweep_markdown(result))?;
+    fs::write(dir.join("plan.md"), plan_markdown(result))?;
+    write_plots(&dir.join("plots"), result)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -39,6 +39,35 @@ pub struct WorkloadManifest {
     /// What the client does with a request that runs too long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
+    /// What a run found about the system under test (written into the capacity pack's
+    /// copy; absent in a manifest a person writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Resolved>,
+}
+
+/// The system under test as a run found it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resolved {
+    /// Base URL the requests went to.
+    pub target_url: String,
+    /// The engine found.
+    pub engine: String,
+    /// Its version, when the server reports one (`GET /version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    /// Models the server lists (`GET /v1/models`).
+    #[serde(default)]
+    pub served_models: Vec<String>,
+    /// Model name sent with every request.
+    pub model_sent: String,
+    /// Simulated engine preset, if the target was simulated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated_preset: Option<String>,
+    /// K: the simulated engine ran K times faster than real time (1 = real time).
+    pub time_scale: f64,
+    /// Version of goodput that ran the benchmark.
+    pub goodput_version: String,
 }
 
 /// The model under test. Revisions must be immutable (no `latest`).

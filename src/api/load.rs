@@ -1,0 +1,602 @@
+//! Reading a `CapacityBenchmark` YAML file for a local run or `goodput lint`: parsing with
+//! field paths and line numbers, resolving the workload manifest, and collecting every
+//! finding (manifest validation and [`lint`](super::lint::lint)) in one list. Also the
+//! CustomResourceDefinition YAML (`goodput crds`).
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::CustomResourceExt;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+
+use super::lint::{lint, lint_spec, manifest_path};
+use super::{CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus};
+use crate::workload::{Finding, Severity, WorkloadManifest, seed_manifest, validate};
+
+/// The `apiVersion` of a `CapacityBenchmark`.
+pub const API_VERSION: &str = "goodput.dev/v1alpha1";
+
+/// The `kind` of a `CapacityBenchmark`.
+pub const KIND: &str = "CapacityBenchmark";
+
+/// Why a benchmark file could not be read as a `CapacityBenchmark` at all. A benchmark that
+/// parses but breaks rules is not an error: its [`LoadedBenchmark::findings`] say why.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchmarkError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        /// The benchmark file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed or does not match the schema (unknown field, wrong type).
+    #[error("{}: {message}", path.display())]
+    Parse {
+        /// The benchmark file.
+        path: PathBuf,
+        /// The parser's message on one line: the field path (`spec.experiments.rateSweep.rates[1]`)
+        /// and the line and column.
+        message: String,
+    },
+    /// The document is not a `goodput.dev/v1alpha1` `CapacityBenchmark`.
+    #[error("{}: {message}", path.display())]
+    NotABenchmark {
+        /// The benchmark file.
+        path: PathBuf,
+        /// What the `apiVersion` or `kind` is instead.
+        message: String,
+    },
+}
+
+impl BenchmarkError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            BenchmarkError::Io { path, .. }
+            | BenchmarkError::Parse { path, .. }
+            | BenchmarkError::NotABenchmark { path, .. } => path,
+        }
+    }
+
+    /// The message without the file name (the `Display` form starts with it).
+    pub fn message(&self) -> String {
+        match self {
+            BenchmarkError::Io { source, .. } => format!("cannot read: {source}"),
+            BenchmarkError::Parse { message, .. }
+            | BenchmarkError::NotABenchmark { message, .. } => message.clone(),
+        }
+    }
+}
+
+/// A benchmark file that parsed, with its workload manifest resolved and every finding.
+#[derive(Clone, Debug)]
+pub struct LoadedBenchmark {
+    /// The custom resource as written.
+    pub benchmark: CapacityBenchmark,
+    /// The workload manifest the benchmark runs: inline, or `manifestFile` relative to the
+    /// benchmark file's folder, with `spec.acceptance` in place of the manifest's own
+    /// `acceptance` when given. When it cannot be resolved (a `manifestConfigMap`, an
+    /// unreadable file, no or several sources) an error finding says why and the built-in
+    /// seed manifest stands in, so such a benchmark must never run: check [`Self::errors`].
+    pub manifest: WorkloadManifest,
+    /// Every error and warning: how the manifest was resolved, the manifest's validation
+    /// (paths prefixed with where it came from, see [`manifest_path`]) and the lint.
+    pub findings: Vec<Finding>,
+}
+
+impl LoadedBenchmark {
+    /// Findings that forbid running the benchmark.
+    pub fn errors(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+    }
+
+    /// Findings that allow a run whose result may not mean what the user expects.
+    pub fn warnings(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+    }
+
+    /// Whether any finding is an error.
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+}
+
+/// Reads and parses a benchmark file, resolving its manifest (see [`parse_benchmark`]).
+pub fn load_benchmark(path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
+    let yaml = std::fs::read_to_string(path).map_err(|source| BenchmarkError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_benchmark(&yaml, path)
+}
+
+/// Parses benchmark YAML. `path` names the file in messages and is the base of a relative
+/// `spec.workload.manifestFile`.
+///
+/// Malformed YAML, a field the schema does not know, a wrong type or a wrong
+/// `apiVersion`/`kind` is an `Err`; a benchmark that parses but breaks rules is `Ok`, with
+/// the errors among its findings.
+pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
+    let parse_error = |message| BenchmarkError::Parse {
+        path: path.to_path_buf(),
+        message,
+    };
+    let header: Header = from_yaml(yaml).map_err(parse_error)?;
+    header
+        .check()
+        .map_err(|message| BenchmarkError::NotABenchmark {
+            path: path.to_path_buf(),
+            message,
+        })?;
+    let doc: Document = from_yaml(yaml).map_err(parse_error)?;
+    let benchmark = CapacityBenchmark {
+        metadata: doc.metadata,
+        spec: doc.spec,
+        status: doc.status,
+    };
+
+    let mut findings = Vec::new();
+    if benchmark.metadata.name.as_deref().is_none_or(str::is_empty) {
+        findings.push(Finding {
+            severity: Severity::Warning,
+            path: "metadata.name".into(),
+            message: "missing: the API server requires a name, and reports are easier to \
+                      tell apart with one"
+                .into(),
+        });
+    }
+    let spec = &benchmark.spec;
+    let resolved = resolve_manifest(spec, path, &mut findings);
+    let manifest = match resolved {
+        Some(mut manifest) => {
+            if let Some(acceptance) = &spec.acceptance {
+                manifest.acceptance = acceptance.clone();
+            }
+            let prefix = manifest_path(&spec.workload);
+            for f in validate(&manifest) {
+                let path = match f.path.strip_prefix("acceptance") {
+                    Some(rest) if spec.acceptance.is_some() => format!("spec.acceptance{rest}"),
+                    _ => format!("{prefix}.{}", f.path),
+                };
+                findings.push(Finding { path, ..f });
+            }
+            findings.extend(lint(spec, &manifest));
+            manifest
+        }
+        None => {
+            findings.extend(lint_spec(spec));
+            let mut manifest = seed_manifest();
+            if let Some(acceptance) = &spec.acceptance {
+                manifest.acceptance = acceptance.clone();
+            }
+            manifest
+        }
+    };
+    // The manifest validator and the lint may both report one thing (no warmup): once. A
+    // warning at a field that also has an error adds nothing: the field must change anyway.
+    let mut unique: Vec<Finding> = Vec::with_capacity(findings.len());
+    for f in &findings {
+        let superseded = f.severity == Severity::Warning
+            && findings
+                .iter()
+                .any(|e| e.severity == Severity::Error && e.path == f.path);
+        if !superseded && !unique.contains(f) {
+            unique.push(f.clone());
+        }
+    }
+    Ok(LoadedBenchmark {
+        benchmark,
+        manifest,
+        findings: unique,
+    })
+}
+
+/// The manifest the spec names, when it can be resolved here; otherwise `None` and, except
+/// for a missing or doubled source (the lint reports those), an error finding.
+fn resolve_manifest(
+    spec: &CapacityBenchmarkSpec,
+    benchmark_path: &Path,
+    findings: &mut Vec<Finding>,
+) -> Option<WorkloadManifest> {
+    let w = &spec.workload;
+    let sources = usize::from(w.manifest.is_some())
+        + usize::from(w.manifest_file.is_some())
+        + usize::from(w.manifest_config_map.is_some());
+    if sources != 1 {
+        return None;
+    }
+    let mut error = |path: &str, message: String| {
+        findings.push(Finding {
+            severity: Severity::Error,
+            path: path.into(),
+            message,
+        });
+        None
+    };
+    if let Some(inline) = &w.manifest {
+        return Some((**inline).clone());
+    }
+    if let Some(cm) = &w.manifest_config_map {
+        return error(
+            "spec.workload.manifestConfigMap",
+            format!(
+                "ConfigMap `{}` (key `{}`) is resolved by the operator in a cluster; locally \
+                 use manifest or manifestFile",
+                cm.name, cm.key
+            ),
+        );
+    }
+    let file = w.manifest_file.as_deref()?;
+    if file.trim().is_empty() {
+        return error(
+            "spec.workload.manifestFile",
+            "is empty: name the manifest file".into(),
+        );
+    }
+    let base = benchmark_path.parent().unwrap_or(Path::new(""));
+    let full = base.join(file);
+    let yaml = match std::fs::read_to_string(&full) {
+        Ok(yaml) => yaml,
+        Err(e) => {
+            return error(
+                "spec.workload.manifestFile",
+                format!(
+                    "cannot read {} (relative to the benchmark file's folder): {e}",
+                    full.display()
+                ),
+            );
+        }
+    };
+    match from_yaml::<WorkloadManifest>(&yaml) {
+        Ok(manifest) => Some(manifest),
+        Err(message) => error(
+            "spec.workload.manifestFile",
+            format!("{}: {message}", full.display()),
+        ),
+    }
+}
+
+/// The type-identifying fields, checked before the whole document so that another kind of
+/// file (a workload manifest) gets a clear message instead of an unknown-field error.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    model: Option<IgnoredAny>,
+    #[serde(default)]
+    workload: Option<IgnoredAny>,
+}
+
+impl Header {
+    fn check(&self) -> Result<(), String> {
+        let hint = if self.model.is_some() && self.workload.is_some() {
+            " (this looks like a workload manifest: reference it from a CapacityBenchmark's \
+             spec.workload.manifestFile)"
+        } else {
+            ""
+        };
+        match (&self.api_version, &self.kind) {
+            (Some(v), Some(k)) if v == API_VERSION && k == KIND => Ok(()),
+            (Some(v), _) if v != API_VERSION => Err(format!(
+                "`apiVersion` is `{v}`, expected `{API_VERSION}`{hint}"
+            )),
+            (None, _) => Err(format!(
+                "`apiVersion` is missing: a benchmark starts with `apiVersion: {API_VERSION}` \
+                 and `kind: {KIND}`{hint}"
+            )),
+            (_, Some(k)) => Err(format!("`kind` is `{k}`, expected `{KIND}`{hint}")),
+            (_, None) => Err(format!("`kind` is missing, expected `{KIND}`{hint}")),
+        }
+    }
+}
+
+/// The whole document as the file holds it; unlike the derived resource it refuses unknown
+/// top-level fields (a misspelt `spec` is an error, not an ignored key).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    #[serde(rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    spec: CapacityBenchmarkSpec,
+    #[serde(default)]
+    status: Option<CapacityBenchmarkStatus>,
+}
+
+/// Deserializes YAML; the error names the field path (`spec.experiments.rateSweep.rates[1]`)
+/// and carries the parser's line and column, all on one line.
+fn from_yaml<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
+    let mut field = String::new();
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false; // one line per error: `lint` prints one line per finding
+    let parsed = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            field = e.path().to_string();
+            e.into_inner()
+        })
+    });
+    parsed.map_err(|e| {
+        let text = e.to_string();
+        let message = one_line(text.strip_prefix("error: ").unwrap_or(&text));
+        if field.is_empty() || field == "." {
+            message
+        } else {
+            format!("field `{field}`: {message}")
+        }
+    })
+}
+
+/// Joins a multi-line message into one line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first line of the generated CRD file.
+const CRD_HEADER: &str = "# Generated by `goodput crds`; do not edit.\n";
+
+/// The CustomResourceDefinition of `CapacityBenchmark` as YAML, exactly as
+/// `crds/capacitybenchmark.yaml` holds it (`goodput crds` prints it).
+pub fn crds_yaml() -> String {
+    let crd = CapacityBenchmark::crd();
+    let yaml = serde_saphyr::to_string(&crd).expect("a CRD serializes to YAML");
+    format!("{CRD_HEADER}{yaml}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::GROUP;
+
+    const VALID: &str = include_str!("../../tests/data/lint/valid-inline.yaml");
+
+    fn parse(yaml: &str) -> Result<LoadedBenchmark, BenchmarkError> {
+        parse_benchmark(yaml, Path::new("bench.yaml"))
+    }
+
+    fn paths<'a>(findings: impl Iterator<Item = &'a Finding>) -> Vec<&'a str> {
+        findings.map(|f| f.path.as_str()).collect()
+    }
+
+    #[test]
+    fn the_crd_names_group_version_columns_and_status() {
+        let crd = CapacityBenchmark::crd();
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("capacitybenchmarks.goodput.dev")
+        );
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["cbench".to_string()]));
+        let [version] = crd.spec.versions.as_slice() else {
+            panic!("one version");
+        };
+        assert_eq!(version.name, "v1alpha1");
+        assert!(version.served && version.storage);
+        let columns: Vec<(&str, &str)> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Phase", ".status.phase"),
+                ("Capacity", ".status.capacityRps"),
+                ("Per-replica", ".status.capacityPerReplicaRps"),
+                ("Replicas", ".status.requiredReplicas"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
+        let subresources = version.subresources.as_ref().expect("subresources");
+        assert!(subresources.status.is_some());
+    }
+
+    /// Kubernetes accepts only structural schemas: every node typed (or preserving unknown
+    /// fields), no references, no `additionalProperties` beside `properties`.
+    #[test]
+    fn the_crd_schema_is_structural() {
+        fn walk(v: &serde_json::Value, at: &str) {
+            let Some(obj) = v.as_object() else { return };
+            for banned in [
+                "$ref",
+                "$defs",
+                "definitions",
+                "anyOf",
+                "oneOf",
+                "allOf",
+                "not",
+            ] {
+                assert!(!obj.contains_key(banned), "{at}: {banned}");
+            }
+            assert!(
+                obj.contains_key("type")
+                    || obj.contains_key("x-kubernetes-preserve-unknown-fields"),
+                "{at}: no type"
+            );
+            assert!(
+                !(obj.contains_key("properties") && obj.contains_key("additionalProperties")),
+                "{at}: properties and additionalProperties"
+            );
+            if let Some(props) = obj.get("properties").and_then(|p| p.as_object()) {
+                for (name, schema) in props {
+                    walk(schema, &format!("{at}.{name}"));
+                }
+            }
+            for key in ["items", "additionalProperties"] {
+                if let Some(schema) = obj.get(key) {
+                    walk(schema, &format!("{at}.{key}"));
+                }
+            }
+        }
+        let crd = serde_json::to_value(CapacityBenchmark::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        walk(schema, "openAPIV3Schema");
+        let spec = &schema["properties"]["spec"]["properties"];
+        assert_eq!(
+            spec["target"]["properties"]["simulated"]["properties"]["overrides"]["x-kubernetes-preserve-unknown-fields"],
+            true
+        );
+    }
+
+    #[test]
+    fn the_crd_yaml_reads_back_as_the_crd() {
+        let yaml = crds_yaml();
+        assert!(yaml.starts_with(CRD_HEADER));
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(
+            back,
+            serde_json::to_value(CapacityBenchmark::crd()).unwrap()
+        );
+    }
+
+    /// The drift check: `crds/capacitybenchmark.yaml` is what `goodput crds` prints.
+    #[test]
+    fn the_committed_crd_is_current() {
+        let committed = include_str!("../../crds/capacitybenchmark.yaml");
+        assert!(
+            committed == crds_yaml(),
+            "CRDs drifted: run `cargo run -- crds > crds/capacitybenchmark.yaml`"
+        );
+    }
+
+    #[test]
+    fn a_valid_benchmark_resolves_its_inline_manifest() {
+        let loaded = parse(VALID).unwrap();
+        assert!(loaded.findings.is_empty(), "{:?}", loaded.findings);
+        assert_eq!(
+            loaded.benchmark.metadata.name.as_deref(),
+            Some("seed-70b-inline")
+        );
+        assert_eq!(loaded.manifest.workload.len(), 3);
+        assert_eq!(
+            loaded.benchmark.spec.experiments.warm_pool.prefix_tokens,
+            256
+        );
+    }
+
+    #[test]
+    fn a_manifest_file_resolves_relative_to_the_benchmark() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("m")).unwrap();
+        let manifest =
+            crate::workload::SEED_MANIFEST_YAML.replace("warmup_seconds: 60", "warmup_seconds: 0");
+        std::fs::write(dir.path().join("m/manifest.yaml"), manifest).unwrap();
+        let bench = dir.path().join("bench.yaml");
+        std::fs::write(
+            &bench,
+            "apiVersion: goodput.dev/v1alpha1\nkind: CapacityBenchmark\nmetadata: {name: b}\n\
+             spec:\n  workload: {manifestFile: m/manifest.yaml}\n  acceptance:\n    \
+             class_slo_attainment_min: 0.9\n    min_successful_samples_per_class: 1000\n    \
+             error_rate_max: 2\n    queue_trend_required: flat\n    target_utilization: 0.8\n",
+        )
+        .unwrap();
+        let loaded = load_benchmark(&bench).unwrap();
+        // spec.acceptance replaces the manifest's, and its findings point at the spec.
+        assert_eq!(
+            loaded.manifest.acceptance.min_successful_samples_per_class,
+            1000
+        );
+        assert_eq!(paths(loaded.errors()), ["spec.acceptance.error_rate_max"]);
+        // The validator and the lint both warn about no warmup: shown once.
+        assert_eq!(
+            paths(loaded.warnings()),
+            ["spec.workload.manifestFile(m/manifest.yaml).client.warmup_seconds"]
+        );
+    }
+
+    #[test]
+    fn unresolvable_manifests_are_error_findings() {
+        let cm = VALID.replace(
+            "    manifest:\n",
+            "    manifestConfigMap: {name: seed}\n    unused:\n",
+        );
+        // `unused` is not a field: the parser names it.
+        let err = parse(&cm).unwrap_err().to_string();
+        assert!(err.contains("spec.workload.unused"), "{err}");
+        let head = VALID.split("    manifest:\n").next().unwrap();
+        let tail = VALID.split("  experiments:\n").nth(1).unwrap();
+        let cm = format!("{head}    manifestConfigMap: {{name: seed}}\n  experiments:\n{tail}");
+        let loaded = parse(&cm).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.workload.manifestConfigMap"]);
+        assert!(
+            loaded
+                .errors()
+                .next()
+                .unwrap()
+                .message
+                .contains("resolved by the operator")
+        );
+
+        let missing =
+            format!("{head}    manifestFile: no-such-manifest.yaml\n  experiments:\n{tail}");
+        let loaded = parse(&missing).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.workload.manifestFile"]);
+
+        let none = format!("{head}    {{}}\n  experiments:\n{tail}")
+            .replace("  workload:\n    {}", "  workload: {}");
+        let loaded = parse(&none).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.workload"]);
+        // The spec is still linted without a manifest.
+        let loaded = parse(&none.replace("rps: 36", "rps: -1")).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.workload", "spec.peak.rps"]);
+    }
+
+    #[test]
+    fn parse_errors_name_the_file_field_and_line() {
+        let bad = VALID.replace("lowFraction: 0.5", "lowFraction: half");
+        let err = parse(&bad).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("bench.yaml: "), "{msg}");
+        assert!(
+            msg.contains("field `spec.experiments.rateSweep.lowFraction`"),
+            "{msg}"
+        );
+        assert!(msg.contains("line 50"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        assert_eq!(err.path(), Path::new("bench.yaml"));
+
+        let bad = VALID.replace("mix: 0.20", "mix: [0.2]");
+        let msg = parse(&bad).unwrap_err().to_string();
+        assert!(
+            msg.contains("field `spec.workload.manifest.workload[1].mix`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn other_kinds_are_refused_clearly() {
+        let msg = parse(&VALID.replace("kind: CapacityBenchmark", "kind: Benchmark"))
+            .unwrap_err()
+            .message();
+        assert_eq!(msg, "`kind` is `Benchmark`, expected `CapacityBenchmark`");
+        let msg = parse(&VALID.replace("goodput.dev/v1alpha1", "goodput.dev/v1"))
+            .unwrap_err()
+            .message();
+        assert!(msg.contains("`apiVersion` is `goodput.dev/v1`"), "{msg}");
+        let err = parse(crate::workload::SEED_MANIFEST_YAML).unwrap_err();
+        assert!(matches!(err, BenchmarkError::NotABenchmark { .. }));
+        assert!(
+            err.message().contains("looks like a workload manifest"),
+            "{err}"
+        );
+    }
+}

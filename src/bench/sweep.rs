@@ -1,0 +1,192 @@
+//! The pure decisions of a benchmark: the saturation knee and the rate sweep it proposes,
+//! extending a sweep that does not bracket the capacity, and the spread across repeats.
+
+use super::result::{RateSpread, SaturationLevel, Spread};
+use crate::analysis::{PointReport, Verdict};
+
+/// How the knee is chosen and the range derived, in words (for the report).
+pub fn knee_rule(low: f64, high: f64, points: u32) -> String {
+    format!(
+        "knee = the highest concurrency at which every class still met its TTFT and TPOT \
+         cutoffs at the required attainment (closed loop self-throttles, so this is a \
+         candidate, never a capacity); the rate sweep runs {points} open-loop rates evenly \
+         from {low} to {high} × the knee's throughput, and is extended by one step at a time \
+         (at most {MAX_EXTENSIONS}) until it has a failing rate above a passing one"
+    )
+}
+
+/// Most points added to a sweep that does not bracket the capacity.
+pub const MAX_EXTENSIONS: usize = 3;
+
+/// The knee of a saturation sweep: the highest level whose SLOs were met.
+pub fn knee(levels: &[SaturationLevel]) -> Option<&SaturationLevel> {
+    levels
+        .iter()
+        .filter(|l| l.slos_met && l.throughput_rps > 0.0)
+        .max_by_key(|l| l.concurrency)
+}
+
+/// `points` rates evenly from `low × knee` to `high × knee`, rounded to what a person would
+/// write (3 significant digits).
+pub fn proposed_rates(knee_rps: f64, low: f64, high: f64, points: u32) -> Vec<f64> {
+    let n = points.max(2);
+    (0..n)
+        .map(|i| {
+            let f = low + (high - low) * f64::from(i) / f64::from(n - 1);
+            round_sig(knee_rps * f, 3)
+        })
+        .filter(|r| *r > 0.0)
+        .fold(Vec::new(), |mut out, r| {
+            if out.last().is_none_or(|l: &f64| r > *l) {
+                out.push(r);
+            }
+            out
+        })
+}
+
+/// `x` rounded to `digits` significant digits.
+pub fn round_sig(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits - 1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// What a finished sweep needs next so that capacity is bracketed: a rate above the
+/// highest (every rate passed) or below the lowest (every rate failed). `None` when a
+/// passing rate has a failing one above it, or when nothing can be said.
+pub fn extension(rates_passed: &[(f64, bool)]) -> Option<f64> {
+    let mut sorted: Vec<(f64, bool)> = rates_passed.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (lo, hi) = (sorted.first()?.0, sorted.last()?.0);
+    let step = if sorted.len() >= 2 {
+        (hi - lo) / (sorted.len() - 1) as f64
+    } else {
+        hi * 0.2
+    };
+    let highest_pass = sorted.iter().rev().find(|p| p.1).map(|p| p.0);
+    match highest_pass {
+        None => Some(round_sig(lo / 2.0, 3)).filter(|r| *r > 0.0 && *r < lo),
+        Some(p) if p == hi => Some(round_sig(hi + step.max(hi * 0.05), 3)),
+        Some(_) => None,
+    }
+}
+
+/// Whether a report passed the gate.
+pub fn passed(report: &PointReport) -> bool {
+    match report.verdict {
+        Some(v) => v == Verdict::Pass,
+        None => report.capacity_gate_pass,
+    }
+}
+
+/// The spread of every figure over the repeats of each rate (`reports` as
+/// `(rate, report)`, any order). `first_class` names the class whose latencies are shown.
+pub fn spread(reports: &[(f64, &PointReport)], first_class: &str) -> Vec<RateSpread> {
+    let mut rates: Vec<f64> = reports.iter().map(|r| r.0).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    rates
+        .into_iter()
+        .map(|rate| {
+            let here: Vec<&PointReport> = reports
+                .iter()
+                .filter(|r| r.0 == rate)
+                .map(|r| r.1)
+                .collect();
+            let of = |f: &dyn Fn(&PointReport) -> Option<f64>| {
+                spread_of(here.iter().filter_map(|r| f(r)))
+            };
+            let first = |f: fn(&crate::analysis::ClassReport) -> Option<f64>| {
+                move |r: &PointReport| r.classes.get(first_class).and_then(f)
+            };
+            RateSpread {
+                offered_rps: rate,
+                repeats: here.len() as u32,
+                passed: here.iter().filter(|r| passed(r)).count() as u32,
+                goodput_rps: of(&|r| Some(r.observed_goodput_rps)),
+                weakest_attainment: of(&|r| {
+                    r.classes
+                        .values()
+                        .filter_map(|c| c.attainment)
+                        .reduce(f64::min)
+                }),
+                error_rate: of(&|r| r.error_rate),
+                p95_ttft_ms: of(&first(|c| c.p95_ttft_ms)),
+                p95_tpot_ms: of(&first(|c| c.p95_tpot_ms)),
+            }
+        })
+        .collect()
+}
+
+fn spread_of(values: impl Iterator<Item = f64>) -> Option<Spread> {
+    let v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    Some(Spread {
+        min: v.iter().copied().fold(f64::INFINITY, f64::min),
+        max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(concurrency: u32, rps: f64, ok: bool) -> SaturationLevel {
+        SaturationLevel {
+            concurrency,
+            dir: String::new(),
+            throughput_rps: rps,
+            output_tps: 0.0,
+            weakest_attainment: None,
+            p95_ttft_ms: None,
+            p95_tpot_ms: None,
+            slos_met: ok,
+        }
+    }
+
+    #[test]
+    fn knee_is_the_highest_level_meeting_slos() {
+        let levels = [
+            level(4, 3.0, true),
+            level(8, 5.5, true),
+            level(16, 7.0, false),
+            level(32, 7.2, false),
+        ];
+        assert_eq!(knee(&levels).map(|l| l.concurrency), Some(8));
+        assert!(knee(&levels[2..]).is_none());
+    }
+
+    #[test]
+    fn proposed_rates_span_the_fractions_and_round() {
+        let r = proposed_rates(10.0, 0.6, 1.2, 5);
+        assert_eq!(r, vec![6.0, 7.5, 9.0, 10.5, 12.0]);
+        let r = proposed_rates(13.37, 0.5, 1.0, 3);
+        assert_eq!(r, vec![6.69, 10.0, 13.4]);
+    }
+
+    #[test]
+    fn extension_brackets_capacity() {
+        // Every rate passed: go one step higher.
+        assert_eq!(
+            extension(&[(6.0, true), (8.0, true), (10.0, true)]),
+            Some(12.0)
+        );
+        // Every rate failed: halve the lowest.
+        assert_eq!(extension(&[(6.0, false), (8.0, false)]), Some(3.0));
+        // Bracketed.
+        assert_eq!(extension(&[(6.0, true), (8.0, true), (10.0, false)]), None);
+        assert_eq!(extension(&[]), None);
+    }
+
+    #[test]
+    fn round_sig_keeps_three_digits() {
+        assert_eq!(round_sig(0.012345, 3), 0.0123);
+        assert_eq!(round_sig(123456.0, 3), 123000.0);
+        assert_eq!(round_sig(0.0, 3), 0.0);
+    }
+}

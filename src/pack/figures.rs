@@ -1,0 +1,75 @@
+//! How figures are written in the pack: rates, percentages, milliseconds, and `-` for a
+//! missing value.
+
+use crate::analysis::GateRule;
+use crate::api::CacheModeName;
+
+/// Shown for a missing or non-finite value.
+pub const MISSING: &str = "-";
+
+/// A rate (RPS) with at most two decimals and no trailing zeros: `12`, `12.5`, `0.33`.
+pub fn rate(x: f64) -> String {
+    if !x.is_finite() {
+        return MISSING.into();
+    }
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.into() }
+}
+
+/// An optional rate.
+pub fn opt_rate(x: Option<f64>) -> String {
+    x.map_or_else(|| MISSING.into(), rate)
+}
+
+/// A fraction as a percentage with one decimal: `0.951` → `95.1%`.
+pub fn pct(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
+        _ => MISSING.into(),
+    }
+}
+
+/// A latency in milliseconds with one decimal.
+pub fn ms(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v.is_finite() => format!("{v:.1}"),
+        _ => MISSING.into(),
+    }
+}
+
+/// A throughput in tokens per second, whole.
+pub fn tokens_per_s(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.0}")
+    } else {
+        MISSING.into()
+    }
+}
+
+/// The cache mode as it is written in the spec.
+pub fn mode_name(mode: CacheModeName) -> &'static str {
+    match mode {
+        CacheModeName::Cold => "cold",
+        CacheModeName::Warm => "warm",
+    }
+}
+
+/// A gate rule in one word, for compact listings.
+pub fn rule_word(rule: GateRule) -> &'static str {
+    match rule {
+        GateRule::SampleSize => "samples",
+        GateRule::Attainment => "attainment",
+        GateRule::ErrorRate => "errors",
+        GateRule::QueueTrend => "queue",
+    }
+}
+
+/// The mean of the finite values, if any.
+pub fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
+}

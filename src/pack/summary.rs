@@ -1,0 +1,129 @@
+//! The one-screen terminal summary.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use super::figures::{mode_name, opt_rate, pct, rate, rule_word};
+use super::markdown::time_scale_words;
+use super::rows::{RateGroup, point_rows, rate_groups};
+use crate::analysis::Verdict;
+use crate::bench::result::{BenchResult, ModeResult};
+
+/// Rates per line of the pass/fail listing.
+const RATES_PER_LINE: usize = 6;
+
+/// A one-screen summary for a terminal: per cache mode the capacity, the verdict of every
+/// rate and the mean prefix-cache hit rate; then the plan and the time scale.
+pub fn summary_text(result: &BenchResult) -> String {
+    let mut out = String::new();
+    let t = &result.target;
+    let _ = writeln!(
+        out,
+        "{}: {}{} · {} replicas × {} GPUs",
+        result.name,
+        t.kind,
+        t.preset
+            .as_ref()
+            .map_or_else(String::new, |p| format!(" ({p})")),
+        t.replicas,
+        t.gpus_per_replica
+    );
+    if result.modes.is_empty() {
+        out.push_str("no cache mode was run\n");
+    }
+    for mode in &result.modes {
+        out.push_str(&mode_lines(mode));
+    }
+    let _ = writeln!(out, "{}", plan_line(result));
+    let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
+    if !result.warnings.is_empty() {
+        let n = result.warnings.len();
+        let s = if n == 1 { "" } else { "s" };
+        let _ = writeln!(out, "{n} warning{s} (see sweep.md)");
+    }
+    out
+}
+
+fn mode_lines(mode: &ModeResult) -> String {
+    let capacity = match mode.capacity_rps {
+        Some(cap) => format!(
+            "capacity {} RPS ({} RPS per replica)",
+            rate(cap),
+            opt_rate(mode.capacity_per_replica_rps)
+        ),
+        None => "capacity: none passed".into(),
+    };
+    let mut out = format!(
+        "{} cache: {capacity} · prefix-cache hit rate {}\n",
+        mode_name(mode.cache),
+        pct(mode.mean_prefix_cache_hit_rate)
+    );
+    let rows = point_rows(mode);
+    let groups = rate_groups(&rows);
+    if groups.is_empty() {
+        out.push_str("  no points measured\n");
+    }
+    for line in groups.chunks(RATES_PER_LINE) {
+        let parts: Vec<String> = line.iter().map(rate_status).collect();
+        let _ = writeln!(out, "  {}", parts.join(" · "));
+    }
+    out
+}
+
+/// `16 FAIL (attainment)`, `14 pass`, `18 FAIL 1/2 (queue)` with repeats.
+fn rate_status(group: &RateGroup<'_>) -> String {
+    let runs = group.rows.len();
+    let passed = group
+        .rows
+        .iter()
+        .filter(|r| r.verdict == Verdict::Pass)
+        .count();
+    let failed = group.rows.iter().any(|r| r.verdict == Verdict::Fail);
+    let rules: BTreeSet<&str> = group
+        .rows
+        .iter()
+        .flat_map(|r| r.reasons.iter().map(|reason| rule_word(reason.rule)))
+        .collect();
+    let mut why: Vec<&str> = rules.into_iter().collect();
+    if group.rows.iter().any(|r| !r.point.valid) {
+        why.push("invalid");
+    }
+    let verdict = if passed == runs {
+        "pass".to_owned()
+    } else if failed {
+        "FAIL".to_owned()
+    } else {
+        "exploratory".to_owned()
+    };
+    let mut s = format!("{} {verdict}", rate(group.offered_rps));
+    if runs > 1 && passed < runs {
+        let _ = write!(s, " {passed}/{runs}");
+    }
+    if !why.is_empty() {
+        let _ = write!(s, " ({})", why.join(", "));
+    }
+    s
+}
+
+fn plan_line(result: &BenchResult) -> String {
+    match (&result.peak, &result.plan) {
+        (Some(_), Some(p)) => format!(
+            "plan ({} cache): peak {} RPS at {} → {} replicas ({} GPUs)",
+            result.plan_cache_mode.map_or("-", mode_name),
+            rate(p.peak_rps),
+            utilization(p.target_utilization),
+            p.required_replicas,
+            p.required_gpus
+        ),
+        (Some(peak), None) => format!(
+            "plan: none for a peak of {} RPS (no measured capacity to plan from; see plan.md)",
+            rate(peak.rps)
+        ),
+        (None, _) => "plan: none (no peak forecast given)".into(),
+    }
+}
+
+/// `75%`, or `72.5%` when the utilization is not whole.
+fn utilization(u: f64) -> String {
+    format!("{}%", rate(u * 100.0))
+}
