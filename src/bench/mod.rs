@@ -32,10 +32,10 @@ use crate::loadgen::run::{LoadConfig, LoadMode};
 use crate::planning::{
     PlanInput, SweepEntry, SweepFile, SweepPoint, plan_replicas, select_capacity,
 };
-use crate::sim::fleet::{Fleet, FleetConfig, start_fleet};
+use crate::sim::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::ReplicaConfig;
 use crate::sim::router::RouterConfig;
-use crate::workload::hashing::mix64;
+use crate::workload::hashing::{fnv1a, mix64};
 use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
 use crate::workload::{Resolved, WorkloadManifest};
 use result::{
@@ -85,9 +85,9 @@ pub struct BenchOptions {
     pub progress: bool,
 }
 
-/// A running target: the simulated fleet (kept alive for the run) or a URL.
+/// A running target: the simulated engine (kept alive for the run) or a URL.
 struct Target {
-    fleet: Option<Fleet>,
+    fleet: Option<SimulatedEngine>,
     facts: TargetFacts,
     metrics_targets: Vec<String>,
     time_scale: f64,
@@ -128,6 +128,9 @@ pub async fn run_bench(
         out: options.out.clone(),
         bar: bar.clone(),
         stop,
+        nonce: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
     };
     let mut modes = Vec::new();
     let mut warnings = Vec::new();
@@ -175,8 +178,8 @@ pub async fn run_bench(
     write_json(&options.out.join("sweep.json"), &result)?;
     crate::pack::write_reports(&options.out, &result)
         .map_err(|e| BenchError::Write(options.out.display().to_string(), e))?;
-    if let Some(fleet) = target.fleet {
-        fleet.shutdown().await;
+    if let Some(engine) = target.fleet {
+        engine.shutdown().await;
     }
     Ok(result)
 }
@@ -189,6 +192,8 @@ struct Runner<'a> {
     out: PathBuf,
     bar: ProgressBar,
     stop: watch::Receiver<bool>,
+    /// Distinguishes this run's prompts from every other run's.
+    nonce: u64,
 }
 
 impl Runner<'_> {
@@ -409,9 +414,11 @@ impl Runner<'_> {
         let dir = format!("{}/saturation/c{concurrency}", mode_dir(cache));
         self.bar
             .set_message(format!("{cache:?} saturation: {concurrency} in flight"));
+        // The manifest's warmup is excluded from measurement, so it comes on top of the
+        // level's measured duration.
         let mode = LoadMode::Concurrency {
             concurrency: concurrency.max(1) as usize,
-            duration_s,
+            duration_s: duration_s + self.manifest.client.warmup_seconds,
         };
         let seed = self.manifest.client.request_schedule_seed;
         let summary = self.point(cache, mode, seed, &dir).await?;
@@ -537,7 +544,9 @@ impl Runner<'_> {
                 CacheMode::Cold
             },
             shared_prefix,
-            seed,
+            // Prompt tokens are seeded per point and per run: a cold point never finds its
+            // prompts cached by an earlier point (or an earlier run against the same server).
+            seed: mix64(seed ^ fnv1a(self.nonce, dir.as_bytes())),
             ..LoadConfig::for_manifest(
                 m,
                 self.target.facts.url.clone(),
@@ -620,6 +629,60 @@ impl Runner<'_> {
     }
 }
 
+/// The simulated engine on its own async runtime and threads, so that its HTTP and SSE work
+/// does not delay the load generator's sends (which would show as schedule lag).
+struct SimulatedEngine {
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl SimulatedEngine {
+    async fn start(config: FleetConfig) -> Result<Self, BenchError> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("simulated-engine".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("simulated-engine-io")
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match start_fleet(config).await {
+                        Ok(fleet) => {
+                            let _ = ready_tx.send(Ok(fleet.router_url()));
+                            let _ = stop_rx.await;
+                            fleet.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })
+            .map_err(|e| BenchError::Simulated(e.to_string()))?;
+        let url = ready_rx
+            .await
+            .map_err(|_| BenchError::Simulated("the engine thread ended early".into()))?
+            .map_err(BenchError::Simulated)?;
+        Ok(SimulatedEngine { url, stop, thread })
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
+    }
+}
+
 /// Starts the simulated engine in-process (no `target.url`) or takes the URL.
 async fn start_target(
     spec: &CapacityBenchmarkSpec,
@@ -673,7 +736,7 @@ async fn start_target(
         .model
         .clone()
         .unwrap_or_else(|| setup.model.clone());
-    let fleet = start_fleet(FleetConfig {
+    let fleet = SimulatedEngine::start(FleetConfig {
         replica: ReplicaConfig {
             time_scale: k,
             stream_interval: sim.stream_interval.max(1),
@@ -686,9 +749,8 @@ async fn start_target(
         cold_start: Duration::from_secs(1),
         faults: Default::default(),
     })
-    .await
-    .map_err(|e| BenchError::Simulated(e.to_string()))?;
-    let url = fleet.router_url();
+    .await?;
+    let url = fleet.url.clone();
     let metrics_targets = discover_targets(client, &url)
         .await
         .map_err(|e| BenchError::Simulated(e.to_string()))?;

@@ -1,0 +1,402 @@
+//! `goodput bench` end to end against the in-process simulated engine (time-scaled): the
+//! capacity it finds, cold and warm kept apart, a rate far above capacity, the pack's files,
+//! and time scaling that leaves verdicts unchanged.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+use goodput::analysis::{QueueTrend, Verdict};
+use goodput::api::parse_benchmark;
+use goodput::bench::result::BenchResult;
+use goodput::bench::{BenchOptions, run_bench};
+
+/// Bench runs measure latency on a 2-core machine: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MANIFEST: &str = r#"
+      model: {id: Qwen/Qwen2.5-7B-Instruct, revision: r1-fixture, tokenizer_revision: t1-fixture, precision: bf16}
+      engine:
+        name: goodput-simulated-engine
+        version: "0.1.0"
+        placement: {tp: 1, pp: 1, dp: 1, replicas: 1, gpus: 1}
+        prefix_cache: enabled
+        speculative_decoding: disabled
+        disaggregated_prefill: disabled
+      client:
+        location: localhost
+        streaming: true
+        arrival_pattern: poisson
+        minimum_duration_seconds: 20
+        initial_scheduled_requests: 600
+        request_schedule_seed: 7
+        class_schedule_counts: {chat: 300, long: 300}
+        warmup_seconds: 3
+      workload:
+        - {name: chat, mix: 0.5, input_tokens: 512, output_tokens: 32, request_ttft_cutoff_ms: 300, request_tpot_cutoff_ms: 30}
+        - {name: long, mix: 0.5, input_tokens: 2048, output_tokens: 64, request_ttft_cutoff_ms: 1000, request_tpot_cutoff_ms: 40}
+      acceptance:
+        class_slo_attainment_min: 0.95
+        min_successful_samples_per_class: 250
+        error_rate_max: 0.01
+        queue_trend_required: flat
+        target_utilization: 0.75
+"#;
+
+/// A benchmark of one simulated replica with prefix caching, time-scaled by `k`.
+fn benchmark(k: f64, experiments: &str) -> String {
+    format!(
+        r#"apiVersion: goodput.dev/v1alpha1
+kind: CapacityBenchmark
+metadata: {{name: test-bench}}
+spec:
+  target:
+    simulated: {{preset: qwen2.5-7b-h100, overrides: {{prefix_caching: true}}, replicas: 1, timeScale: {k}, streamInterval: 8}}
+  workload:
+    manifest:{MANIFEST}
+  experiments:
+{experiments}
+  peak: {{rps: 30}}
+"#
+    )
+}
+
+fn run(yaml: &str, out: &Path) -> BenchResult {
+    let loaded = parse_benchmark(yaml, Path::new("test-bench.yaml")).expect("benchmark parses");
+    let errors: Vec<String> = loaded.errors().map(|f| f.to_string()).collect();
+    assert!(errors.is_empty(), "lint errors: {errors:?}");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let options = BenchOptions {
+        out: out.to_path_buf(),
+        progress: false,
+    };
+    runtime
+        .block_on(run_bench(
+            &loaded.benchmark,
+            &loaded.manifest,
+            &options,
+            stop_rx,
+        ))
+        .expect("bench runs")
+}
+
+/// `goodput simulate --find-max-rate` for the same preset and mix (cold: no prefix pool).
+fn model_max_rate(dir: &Path) -> f64 {
+    let manifest = dir.join("m.yaml");
+    std::fs::write(
+        &manifest,
+        MANIFEST
+            .lines()
+            .map(|l| l.strip_prefix("      ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .expect("write manifest");
+    let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args([
+            "simulate",
+            "--find-max-rate",
+            "--rate-hi",
+            "100",
+            "--output",
+            "json",
+            "--manifest",
+        ])
+        .arg(&manifest)
+        .args(["--set", "prefix_caching=true"])
+        .output()
+        .expect("simulate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    v["max_rate"].as_f64().expect("max_rate")
+}
+
+#[test]
+fn the_sweep_finds_the_model_capacity_and_warm_beats_cold() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = benchmark(
+        20.0,
+        "    saturation: {concurrency: [2, 4, 8, 16, 32], durationSeconds: 20}
+    rateSweep: {points: 5, lowFraction: 0.6, highFraction: 1.2}
+    cacheModes: [cold, warm]
+    warmPool: {prefixes: 8, prefixTokens: 384, zipf: 1.0}",
+    );
+    let result = run(&yaml, dir.path());
+    assert_eq!(result.time_scale, 20.0);
+    assert_eq!(
+        result.modes.len(),
+        2,
+        "cold and warm are reported separately"
+    );
+    let cold = &result.modes[0];
+    let warm = &result.modes[1];
+    assert_eq!(format!("{:?}", cold.cache), "Cold");
+    assert_eq!(format!("{:?}", warm.cache), "Warm");
+
+    // Within one sweep step of the engine model's own bisection.
+    let expected = model_max_rate(dir.path());
+    let capacity = cold.capacity_rps.expect("a cold rate passes");
+    let mut rates: Vec<f64> = cold.points.iter().map(|p| p.offered_rps).collect();
+    rates.dedup();
+    let step = rates.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    assert!(
+        (capacity - expected).abs() <= step,
+        "capacity {capacity} vs the model's {expected:.2} (sweep step {step:.2}, rates {rates:?})"
+    );
+    // A passing and a failing rate on each side of the capacity.
+    assert!(
+        cold.points
+            .iter()
+            .any(|p| p.offered_rps > capacity && p.report.verdict == Some(Verdict::Fail))
+    );
+    assert!(
+        cold.points
+            .iter()
+            .any(|p| p.offered_rps <= capacity && p.report.verdict == Some(Verdict::Pass))
+    );
+
+    // Warm: the prefix cache hits and the same replica holds more load.
+    let (cold_hits, warm_hits) = (
+        cold.mean_prefix_cache_hit_rate
+            .expect("cold hit rate scraped"),
+        warm.mean_prefix_cache_hit_rate
+            .expect("warm hit rate scraped"),
+    );
+    assert!(cold_hits < 0.02, "cold hit rate {cold_hits}");
+    assert!(warm_hits > 0.2, "warm hit rate {warm_hits}");
+    let warm_capacity = warm.capacity_rps.expect("a warm rate passes");
+    assert!(
+        warm_capacity > capacity,
+        "warm {warm_capacity} vs cold {capacity}"
+    );
+
+    // The plan uses the lower (cold) capacity by default.
+    let plan = result.plan.as_ref().expect("a plan for the peak");
+    assert_eq!(plan.capacity_rps, capacity);
+    assert_eq!(
+        plan.required_replicas,
+        (30.0 / (capacity * 0.75)).ceil() as u64
+    );
+
+    check_pack(dir.path(), &result);
+}
+
+/// Every file the capacity pack promises, with the fields SPEC.md names.
+fn check_pack(dir: &Path, result: &BenchResult) {
+    for file in [
+        "workload-manifest.yaml",
+        "capacity-benchmark.yaml",
+        "sweep.json",
+        "sweep.md",
+        "plan.md",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    for plot in [
+        "throughput",
+        "goodput",
+        "attainment",
+        "ttft_p95",
+        "tpot_p95",
+    ] {
+        let svg =
+            std::fs::read_to_string(dir.join("plots").join(format!("{plot}.svg"))).expect("plot");
+        assert!(svg.starts_with("<svg"), "{plot}.svg is SVG");
+    }
+    let manifest = std::fs::read_to_string(dir.join("workload-manifest.yaml")).expect("manifest");
+    assert!(
+        manifest.contains("resolved:") && manifest.contains("time_scale: 20"),
+        "{manifest}"
+    );
+    let parsed = goodput::workload::parse_manifest(&manifest, Path::new("pack manifest"));
+    assert!(
+        parsed.is_ok(),
+        "the pack's manifest reads back: {:?}",
+        parsed.err()
+    );
+
+    for mode in &result.modes {
+        for p in &mode.points {
+            let point = dir.join(&p.dir);
+            let csv = std::fs::read_to_string(point.join("requests.csv")).expect("requests.csv");
+            assert!(
+                csv.starts_with("request_id,class,ttft_ms,tpot_ms,e2e_ms,output_tokens,status")
+            );
+            let report: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(point.join("slo-report.json")).expect("slo-report.json"),
+            )
+            .expect("json");
+            for key in [
+                "attempted",
+                "successful",
+                "failed",
+                "error_rate",
+                "overall_attainment",
+                "observed_goodput_rps",
+                "request_throughput_rps",
+                "output_throughput_tps",
+                "queue_trend",
+                "all_class_slos_pass",
+                "capacity_gate_pass",
+                "classes",
+            ] {
+                assert!(report.get(key).is_some(), "{} lacks {key}", p.dir);
+            }
+            for class in ["chat", "long"] {
+                let c = &report["classes"][class];
+                for key in [
+                    "successful_count",
+                    "passing_count",
+                    "request_ttft_cutoff_ms",
+                    "request_tpot_cutoff_ms",
+                    "attainment",
+                    "sample_adequate",
+                    "p99_sample_adequate",
+                    "class_slo_pass",
+                    "p50_ttft_ms",
+                    "p95_ttft_ms",
+                    "p99_ttft_ms",
+                    "p50_tpot_ms",
+                    "p95_tpot_ms",
+                    "p99_tpot_ms",
+                    "p95_e2e_ms",
+                    "output_tokens",
+                ] {
+                    assert!(c.get(key).is_some(), "{} class {class} lacks {key}", p.dir);
+                }
+            }
+            // The CSV and the report agree: the analyzer reads the pack's rows.
+            let mut summary = goodput::analysis::PointSummary::new(result.gate.clone());
+            let read =
+                goodput::analysis::read_requests_csv(&point.join("requests.csv"), &mut summary);
+            assert!(read.is_ok(), "{}: {:?}", p.dir, read.err());
+        }
+        let sweep_file = dir
+            .join(goodput::bench::mode_dir(mode.cache))
+            .join("sweep.json");
+        // `goodput plan --sweep` reads each mode's sweep file as is and picks the same capacity.
+        let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
+            .args(["plan", "--peak-rps", "30", "--output", "json", "--sweep"])
+            .arg(&sweep_file)
+            .output()
+            .expect("plan runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+        assert_eq!(
+            plan["capacity_rps"].as_f64(),
+            mode.capacity_rps,
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let sweep_md = std::fs::read_to_string(dir.join("sweep.md")).expect("sweep.md");
+    assert!(
+        sweep_md.contains("## Cold cache") && sweep_md.contains("## Warm cache"),
+        "{sweep_md}"
+    );
+    let sweep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sweep.json")).expect("sweep.json"))
+            .expect("json");
+    assert_eq!(sweep["time_scale"].as_f64(), Some(result.time_scale));
+}
+
+#[test]
+fn a_rate_far_above_capacity_grows_and_fails() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = benchmark(
+        20.0,
+        "    rateSweep: {rates: [6, 45]}\n    cacheModes: [cold]",
+    );
+    let result = run(&yaml, dir.path());
+    let cold = &result.modes[0];
+    assert!(
+        cold.saturation.is_none(),
+        "fixed rates need no saturation sweep"
+    );
+    let low = cold
+        .points
+        .iter()
+        .find(|p| p.offered_rps == 6.0)
+        .expect("6 RPS");
+    let high = cold
+        .points
+        .iter()
+        .find(|p| p.offered_rps == 45.0)
+        .expect("45 RPS");
+    assert_eq!(
+        low.report.verdict,
+        Some(Verdict::Pass),
+        "{:?}",
+        low.report.gate_reasons
+    );
+    assert_eq!(low.report.queue_trend, QueueTrend::Flat);
+    assert_eq!(high.report.queue_trend, QueueTrend::Growing);
+    assert_eq!(high.report.verdict, Some(Verdict::Fail));
+    assert!(
+        high.queue_trend_source.contains("engine waiting-queue"),
+        "{}",
+        high.queue_trend_source
+    );
+    assert_eq!(cold.capacity_rps, Some(6.0));
+}
+
+#[test]
+fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let experiments = "    rateSweep: {rates: [9, 30]}\n    cacheModes: [cold]";
+    let real_dir = tempfile::tempdir().expect("tempdir");
+    let scaled_dir = tempfile::tempdir().expect("tempdir");
+    let real = run(&benchmark(1.0, experiments), real_dir.path());
+    let scaled = run(&benchmark(10.0, experiments), scaled_dir.path());
+    assert_eq!(scaled.time_scale, 10.0);
+    for (a, b) in real.modes[0].points.iter().zip(&scaled.modes[0].points) {
+        assert_eq!(a.offered_rps, b.offered_rps);
+        assert_eq!(a.report.verdict, b.report.verdict, "{} RPS", a.offered_rps);
+        assert_eq!(
+            a.report.queue_trend, b.report.queue_trend,
+            "{} RPS",
+            a.offered_rps
+        );
+        // Rates come back in real-time units.
+        let rel = |x: f64, y: f64| (x - y).abs() / x.abs().max(1e-9);
+        assert!(
+            rel(
+                a.report.request_throughput_rps,
+                b.report.request_throughput_rps
+            ) < 0.1
+        );
+        if a.report.verdict == Some(Verdict::Pass) {
+            for (name, ca) in &a.report.classes {
+                let cb = &b.report.classes[name];
+                let (ta, tb) = (ca.p50_ttft_ms.unwrap_or(0.0), cb.p50_ttft_ms.unwrap_or(0.0));
+                let (pa, pb) = (ca.p50_tpot_ms.unwrap_or(0.0), cb.p50_tpot_ms.unwrap_or(0.0));
+                assert!(
+                    (ta - tb).abs() <= 0.25 * ta + 20.0,
+                    "{name} P50 TTFT {ta} vs {tb}"
+                );
+                assert!(
+                    (pa - pb).abs() <= 0.15 * pa + 1.0,
+                    "{name} P50 TPOT {pa} vs {pb}"
+                );
+                let (aa, ab) = (ca.attainment.unwrap_or(0.0), cb.attainment.unwrap_or(0.0));
+                assert!((aa - ab).abs() <= 0.03, "{name} attainment {aa} vs {ab}");
+            }
+        }
+    }
+    assert_eq!(real.modes[0].capacity_rps, scaled.modes[0].capacity_rps);
+}
