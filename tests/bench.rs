@@ -236,42 +236,12 @@ fn check_pack(dir: &Path, result: &BenchResult) {
                 &std::fs::read_to_string(point.join("slo-report.json")).expect("slo-report.json"),
             )
             .expect("json");
-            for key in [
-                "attempted",
-                "successful",
-                "failed",
-                "error_rate",
-                "overall_attainment",
-                "observed_goodput_rps",
-                "request_throughput_rps",
-                "output_throughput_tps",
-                "queue_trend",
-                "all_class_slos_pass",
-                "capacity_gate_pass",
-                "classes",
-            ] {
+            for key in goodput::analysis::REQUIRED_REPORT_FIELDS {
                 assert!(report.get(key).is_some(), "{} lacks {key}", p.dir);
             }
             for class in ["chat", "long"] {
                 let c = &report["classes"][class];
-                for key in [
-                    "successful_count",
-                    "passing_count",
-                    "request_ttft_cutoff_ms",
-                    "request_tpot_cutoff_ms",
-                    "attainment",
-                    "sample_adequate",
-                    "p99_sample_adequate",
-                    "class_slo_pass",
-                    "p50_ttft_ms",
-                    "p95_ttft_ms",
-                    "p99_ttft_ms",
-                    "p50_tpot_ms",
-                    "p95_tpot_ms",
-                    "p99_tpot_ms",
-                    "p95_e2e_ms",
-                    "output_tokens",
-                ] {
+                for key in goodput::analysis::REQUIRED_CLASS_FIELDS {
                     assert!(c.get(key).is_some(), "{} class {class} lacks {key}", p.dir);
                 }
             }
@@ -399,4 +369,62 @@ fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
         }
     }
     assert_eq!(real.modes[0].capacity_rps, scaled.modes[0].capacity_rps);
+}
+
+#[test]
+fn repeats_run_fresh_schedules_and_report_the_spread() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // `repeats` sits at the spec's level, after the experiments.
+    let yaml = benchmark(
+        20.0,
+        "    rateSweep: {rates: [6, 45]}\n    cacheModes: [cold]\n  repeats: 2",
+    );
+    let result = run(&yaml, dir.path());
+    let cold = &result.modes[0];
+    let six: Vec<_> = cold
+        .points
+        .iter()
+        .filter(|p| p.offered_rps == 6.0)
+        .collect();
+    assert_eq!(six.len(), 2, "every rate runs once per repeat");
+    assert_ne!(six[0].seed, six[1].seed, "each repeat has its own schedule");
+    assert_ne!(six[0].dir, six[1].dir);
+    let spread = cold
+        .spread
+        .iter()
+        .find(|s| s.offered_rps == 6.0)
+        .expect("a spread for 6 RPS");
+    assert_eq!(spread.repeats, 2);
+    assert_eq!(spread.passed, 2);
+    let goodput = spread.goodput_rps.as_ref().expect("goodput spread");
+    assert!(goodput.min <= goodput.mean && goodput.mean <= goodput.max);
+    assert!(goodput.min > 5.0 && goodput.max < 7.0, "{goodput:?}");
+    assert_eq!(cold.capacity_rps, Some(6.0));
+    let sweep_md = std::fs::read_to_string(dir.path().join("sweep.md")).expect("sweep.md");
+    assert!(
+        sweep_md.contains("passed"),
+        "the spread table is in sweep.md"
+    );
+}
+
+#[test]
+fn a_broken_benchmark_is_refused_before_any_traffic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("pack");
+    let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args([
+            "bench",
+            "tests/data/lint/saturation-only.yaml",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .expect("bench runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.experiments.rateSweep"), "{stderr}");
+    assert!(stderr.contains("refused before any traffic"), "{stderr}");
+    assert!(!out_dir.exists(), "nothing was run or written");
 }

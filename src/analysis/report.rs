@@ -8,6 +8,42 @@ use serde::{Deserialize, Serialize};
 
 use super::gate::{GateConfig, GateReason, QueueTrend, Verdict};
 
+/// The fields of `slo-report.json` the capacity pack requires at the top level.
+pub const REQUIRED_REPORT_FIELDS: [&str; 12] = [
+    "attempted",
+    "successful",
+    "failed",
+    "error_rate",
+    "overall_attainment",
+    "observed_goodput_rps",
+    "request_throughput_rps",
+    "output_throughput_tps",
+    "queue_trend",
+    "all_class_slos_pass",
+    "capacity_gate_pass",
+    "classes",
+];
+
+/// The fields every class of `slo-report.json` must have.
+pub const REQUIRED_CLASS_FIELDS: [&str; 16] = [
+    "successful_count",
+    "passing_count",
+    "request_ttft_cutoff_ms",
+    "request_tpot_cutoff_ms",
+    "attainment",
+    "sample_adequate",
+    "p99_sample_adequate",
+    "class_slo_pass",
+    "p50_ttft_ms",
+    "p95_ttft_ms",
+    "p99_ttft_ms",
+    "p50_tpot_ms",
+    "p95_tpot_ms",
+    "p99_tpot_ms",
+    "p95_e2e_ms",
+    "output_tokens",
+];
+
 /// The analysis of one test point: counts, rates, per-class results and the gate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PointReport {

@@ -202,41 +202,11 @@ fn header_only_gives_nulls_not_nan() {
 fn report_has_every_required_field() {
     let r = analyse(SMOKE, seed_manifest().gate_config(), QueueTrend::Flat).unwrap();
     let v = serde_json::to_value(&r).unwrap();
-    for key in [
-        "attempted",
-        "successful",
-        "failed",
-        "error_rate",
-        "overall_attainment",
-        "observed_goodput_rps",
-        "request_throughput_rps",
-        "output_throughput_tps",
-        "queue_trend",
-        "all_class_slos_pass",
-        "capacity_gate_pass",
-        "classes",
-    ] {
+    for key in REQUIRED_REPORT_FIELDS {
         assert!(v.get(key).is_some(), "missing {key}");
     }
     let c = &v["classes"]["long_context"];
-    for key in [
-        "successful_count",
-        "passing_count",
-        "request_ttft_cutoff_ms",
-        "request_tpot_cutoff_ms",
-        "attainment",
-        "sample_adequate",
-        "p99_sample_adequate",
-        "class_slo_pass",
-        "p50_ttft_ms",
-        "p95_ttft_ms",
-        "p99_ttft_ms",
-        "p50_tpot_ms",
-        "p95_tpot_ms",
-        "p99_tpot_ms",
-        "p95_e2e_ms",
-        "output_tokens",
-    ] {
+    for key in REQUIRED_CLASS_FIELDS {
         assert!(c.get(key).is_some(), "missing classes.long_context.{key}");
     }
     assert_eq!(v["queue_trend"], "flat");

@@ -9,7 +9,8 @@ use super::{
     CacheModeName, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, WorkloadSource,
 };
 use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
-use crate::workload::{ArrivalPattern, Finding, Severity, Toggle, WorkloadManifest};
+use crate::workload::Findings as Lint;
+use crate::workload::{ArrivalPattern, Finding, Toggle, WorkloadManifest};
 
 /// The no-warmup warning, worded as the manifest validator words it, so that a loader
 /// merging both lists shows it once.
@@ -71,33 +72,9 @@ fn positive(v: f64) -> bool {
     v.is_finite() && v > 0.0
 }
 
-/// Collects findings in check order.
-#[derive(Default)]
-struct Lint(Vec<Finding>);
-
+// Findings are collected in check order by the manifest validator's collector; the
+// benchmark's rules are added to it here.
 impl Lint {
-    fn push(&mut self, severity: Severity, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Finding {
-            severity,
-            path: path.into(),
-            message: message.into(),
-        });
-    }
-
-    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.push(Severity::Error, path, message);
-    }
-
-    fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.push(Severity::Warning, path, message);
-    }
-
-    fn positive(&mut self, path: &str, value: f64) {
-        if !positive(value) {
-            self.error(path, format!("{value} must be a positive number"));
-        }
-    }
-
     fn workload_source(&mut self, w: &WorkloadSource) {
         let given = usize::from(w.manifest.is_some())
             + usize::from(w.manifest_file.is_some())
@@ -560,7 +537,7 @@ mod tests {
     use crate::api::{
         Experiments, PeakForecast, RateSweep, Reporting, Saturation, Target, WorkloadSource,
     };
-    use crate::workload::seed_manifest;
+    use crate::workload::{Severity, seed_manifest};
 
     fn spec() -> CapacityBenchmarkSpec {
         CapacityBenchmarkSpec {

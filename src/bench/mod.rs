@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use crate::analysis::PointReport;
 use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec};
+use crate::engine_metrics::DetectedProfile;
 use crate::engine_metrics::prometheus_api::{PrometheusSource, query_range_series};
 use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
@@ -131,6 +132,7 @@ pub async fn run_bench(
         nonce: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
+        profile: std::sync::Mutex::new(None),
     };
     let mut modes = Vec::new();
     let mut warnings = Vec::new();
@@ -138,6 +140,12 @@ pub async fn run_bench(
         modes.push(runner.mode(*cache, &mut warnings).await?);
     }
     bar.finish_and_clear();
+    let mut facts = target.facts.clone();
+    if let Some(found) = runner.profile.lock().ok().and_then(|p| p.clone()) {
+        facts.engine_profile = Some(found.engine.as_str().to_owned());
+        facts.engine_concepts_found = found.found.iter().map(|c| c.key().to_owned()).collect();
+        facts.engine_concepts_missing = found.missing.iter().map(|c| c.key().to_owned()).collect();
+    }
 
     let plan_cache_mode = spec.peak.as_ref().and_then(|p| p.cache_mode).or_else(|| {
         // The lowest capacity among the modes run: the conservative plan.
@@ -161,7 +169,7 @@ pub async fn run_bench(
         name,
         started_at,
         wall_seconds: wall.elapsed().as_secs_f64(),
-        target: target.facts.clone(),
+        target: facts,
         time_scale: k,
         repeats: spec.repeats.max(1),
         capacity_rule: CAPACITY_RULE.into(),
@@ -194,6 +202,8 @@ struct Runner<'a> {
     stop: watch::Receiver<bool>,
     /// Distinguishes this run's prompts from every other run's.
     nonce: u64,
+    /// The engine recognised on the first point whose metrics named one.
+    profile: std::sync::Mutex<Option<DetectedProfile>>,
 }
 
 impl Runner<'_> {
@@ -622,6 +632,11 @@ impl Runner<'_> {
                     .println(format!("warning: {dir}: engine metrics: {e}")),
             }
         }
+        if let Some(found) = measured.series.as_ref().and_then(|s| s.profile.as_ref())
+            && let Ok(mut slot) = self.profile.lock()
+        {
+            slot.get_or_insert_with(|| found.clone());
+        }
         measured.rescale(k);
         let summary = measured.summarize(&real, &real_plan)?;
         measured.write(&summary, &real_plan, &self.out.join(dir))?;
@@ -707,6 +722,9 @@ async fn start_target(
                 engine_profile: None,
                 replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),
                 gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+                stream_interval: None,
+                engine_concepts_found: Vec::new(),
+                engine_concepts_missing: Vec::new(),
             },
             metrics_targets: spec.target.metrics_urls.clone(),
             time_scale: 1.0,
@@ -761,9 +779,12 @@ async fn start_target(
             url,
             model,
             preset: Some(sim.preset.clone()),
-            engine_profile: Some("vllm".into()),
+            engine_profile: None,
             replicas: sim.replicas.max(1),
             gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+            stream_interval: Some(sim.stream_interval.max(1)),
+            engine_concepts_found: Vec::new(),
+            engine_concepts_missing: Vec::new(),
         },
         metrics_targets,
         time_scale: k,

@@ -63,6 +63,15 @@ pub struct TargetFacts {
     pub replicas: u32,
     /// GPUs per replica.
     pub gpus_per_replica: u32,
+    /// Tokens per SSE frame of the simulated engine (ITL is then per frame, not per token).
+    #[serde(default)]
+    pub stream_interval: Option<u32>,
+    /// Engine-metric concepts found on the scraped pages (queue, KV, prefix cache, ...).
+    #[serde(default)]
+    pub engine_concepts_found: Vec<String>,
+    /// Concepts the detected engine can expose that were absent.
+    #[serde(default)]
+    pub engine_concepts_missing: Vec<String>,
 }
 
 /// The sweep of one cache mode.

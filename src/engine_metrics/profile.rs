@@ -608,6 +608,17 @@ pub struct DetectedProfile {
 }
 
 impl DetectedProfile {
+    /// `engine` with no concept resolved yet.
+    pub fn empty(engine: EngineKind) -> Self {
+        DetectedProfile {
+            engine,
+            found: Vec::new(),
+            missing: Vec::new(),
+            names: BTreeMap::new(),
+            deprecated: Vec::new(),
+        }
+    }
+
     /// The profile of the detected engine.
     pub fn profile(&self) -> &'static Profile {
         self.engine.profile()
@@ -632,33 +643,44 @@ fn resolve(samples: &[Sample], profile: &Profile, concept: Concept) -> Option<&'
 /// Picks the profile that answers the most concepts on this page (ties: the order of
 /// [`EngineKind::ALL`]); `None` when no profile's names are present at all.
 pub fn detect(samples: &[Sample]) -> Option<DetectedProfile> {
+    detect_with(|profile, concept| resolve(samples, profile, concept))
+}
+
+/// [`detect`] over any source of names: `resolve` gives, for a profile and a concept, the
+/// first candidate metric present.
+pub fn detect_with(
+    resolve: impl Fn(&Profile, Concept) -> Option<&'static MetricRef>,
+) -> Option<DetectedProfile> {
     let mut best: Option<DetectedProfile> = None;
     for engine in EngineKind::ALL {
-        let profile = engine.profile();
-        let mut d = DetectedProfile {
-            engine,
-            found: Vec::new(),
-            missing: Vec::new(),
-            names: BTreeMap::new(),
-            deprecated: Vec::new(),
-        };
-        for concept in profile.concepts() {
-            match resolve(samples, profile, concept) {
-                Some(r) => {
-                    d.found.push(concept);
-                    d.names.insert(concept, r.to_string());
-                    if r.deprecated {
-                        d.deprecated.push(concept);
-                    }
-                }
-                None => d.missing.push(concept),
-            }
-        }
+        let d = profile_with(engine, &resolve);
         if !d.found.is_empty() && best.as_ref().is_none_or(|b| d.found.len() > b.found.len()) {
             best = Some(d);
         }
     }
     best
+}
+
+/// What `engine`'s profile finds, per concept the candidate `resolve` picks.
+pub fn profile_with(
+    engine: EngineKind,
+    resolve: impl Fn(&Profile, Concept) -> Option<&'static MetricRef>,
+) -> DetectedProfile {
+    let profile = engine.profile();
+    let mut d = DetectedProfile::empty(engine);
+    for concept in profile.concepts() {
+        match resolve(profile, concept) {
+            Some(r) => {
+                d.found.push(concept);
+                d.names.insert(concept, r.to_string());
+                if r.deprecated {
+                    d.deprecated.push(concept);
+                }
+            }
+            None => d.missing.push(concept),
+        }
+    }
+    d
 }
 
 fn aggregate(values: impl Iterator<Item = f64>, how: Aggregation) -> Option<f64> {

@@ -29,7 +29,11 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use serde::{Deserialize, Serialize};
 
-use super::profile::{Aggregation, Concept, DetectedProfile, EngineKind, MetricKind, MetricRef};
+use super::profile::{
+    Aggregation, Concept, DetectedProfile, EngineKind, MetricKind, MetricRef, Profile, detect_with,
+    profile_with,
+};
+use super::scrape::chain;
 use super::series::{MetricsSeries, ScrapeSample};
 
 /// Most points per series Prometheus returns for a range query.
@@ -71,18 +75,6 @@ impl PrometheusSource {
             matchers(&self.selector)
         )
     }
-}
-
-/// An error and its sources, `: `-separated (reqwest's own message omits the cause).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
 }
 
 /// Why the series could not be read from Prometheus. Every error about a call names the
@@ -300,45 +292,27 @@ fn probe(concept: Concept, r: &MetricRef) -> String {
 /// What `engine`'s profile finds among the metric `names`: per concept the first candidate
 /// present (see [`DetectedProfile`]).
 pub fn profile_from_names(engine: EngineKind, names: &BTreeSet<String>) -> DetectedProfile {
-    let profile = engine.profile();
-    let mut d = DetectedProfile {
-        engine,
-        found: Vec::new(),
-        missing: Vec::new(),
-        names: BTreeMap::new(),
-        deprecated: Vec::new(),
-    };
-    for concept in profile.concepts() {
-        let hit = profile
-            .candidates(concept)
-            .iter()
-            .find(|r| names.contains(&probe(concept, r)));
-        match hit {
-            Some(r) => {
-                d.found.push(concept);
-                d.names.insert(concept, r.to_string());
-                if r.deprecated {
-                    d.deprecated.push(concept);
-                }
-            }
-            None => d.missing.push(concept),
-        }
-    }
-    d
+    profile_with(engine, |profile, concept| {
+        find_named(profile, concept, names)
+    })
+}
+
+fn find_named(
+    profile: &Profile,
+    concept: Concept,
+    names: &BTreeSet<String>,
+) -> Option<&'static MetricRef> {
+    profile
+        .candidates(concept)
+        .iter()
+        .find(|r| names.contains(&probe(concept, r)))
 }
 
 /// The engine whose profile answers the most concepts among the metric `names` (ties: the
 /// order of [`EngineKind::ALL`]), as [`super::profile::detect`] does on a page; `None` when
 /// no profile's names are present.
 pub fn detect_from_names(names: &BTreeSet<String>) -> Option<DetectedProfile> {
-    let mut best: Option<DetectedProfile> = None;
-    for engine in EngineKind::ALL {
-        let d = profile_from_names(engine, names);
-        if !d.found.is_empty() && best.as_ref().is_none_or(|b| d.found.len() > b.found.len()) {
-            best = Some(d);
-        }
-    }
-    best
+    detect_with(|profile, concept| find_named(profile, concept, names))
 }
 
 /// Every query for the found concepts of `d`: `(values key, PromQL, how several series of

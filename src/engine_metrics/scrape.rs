@@ -24,7 +24,7 @@ const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An error and its sources, `: `-separated (reqwest's own message omits the cause, e.g.
 /// "connection refused").
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut next = e.source();
     while let Some(cause) = next {

@@ -73,6 +73,27 @@ fn target_section(target: &TargetFacts, time_scale: f64) -> String {
     if let Some(engine) = &target.engine_profile {
         let _ = writeln!(out, "- Engine: {engine}");
     }
+    if !target.engine_concepts_found.is_empty() || !target.engine_concepts_missing.is_empty() {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "- Engine metrics found: {}; missing: {}",
+            list(&target.engine_concepts_found),
+            list(&target.engine_concepts_missing)
+        );
+    }
+    if let Some(n) = target.stream_interval.filter(|n| *n > 1) {
+        let _ = writeln!(
+            out,
+            "- Stream interval: {n} tokens per SSE frame (TPOT is unaffected; ITL is per frame)"
+        );
+    }
     let _ = writeln!(out, "- Replicas under test: {}", target.replicas);
     let _ = writeln!(out, "- GPUs per replica: {}", target.gpus_per_replica);
     let _ = writeln!(out, "- Time scale: {}\n", time_scale_words(time_scale));

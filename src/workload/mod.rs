@@ -9,6 +9,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use manifest::*;
+pub(crate) use validate::Findings;
 pub use validate::{Finding, MIX_SUM_TOLERANCE, Severity, validate};
 
 use crate::analysis::{ClassSlo, GateConfig};

@@ -235,10 +235,15 @@ fn validate_classes(m: &WorkloadManifest, out: &mut Findings) {
 
 /// Collects findings; the helpers keep each rule to one line above.
 #[derive(Default)]
-struct Findings(Vec<Finding>);
+pub(crate) struct Findings(pub(crate) Vec<Finding>);
 
 impl Findings {
-    fn push(&mut self, severity: Severity, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn push(
+        &mut self,
+        severity: Severity,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.0.push(Finding {
             severity,
             path: path.into(),
@@ -246,22 +251,22 @@ impl Findings {
         });
     }
 
-    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Error, path, message);
     }
 
-    fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Warning, path, message);
     }
 
-    fn non_empty(&mut self, path: &str, value: &str) {
+    pub(crate) fn non_empty(&mut self, path: &str, value: &str) {
         if value.trim().is_empty() {
             self.error(path, "must not be empty");
         }
     }
 
     /// Revisions and versions must name one immutable thing, so results can be reproduced.
-    fn immutable(&mut self, path: &str, value: &str) {
+    pub(crate) fn immutable(&mut self, path: &str, value: &str) {
         let v = value.trim().to_ascii_lowercase();
         if v.is_empty() {
             self.error(path, "must not be empty: pin an immutable revision");
@@ -273,7 +278,7 @@ impl Findings {
         }
     }
 
-    fn positive(&mut self, path: &str, value: f64) {
+    pub(crate) fn positive(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value > 0.0) {
             self.error(path, format!("{value} must be a positive number"));
         }
