@@ -428,3 +428,90 @@ fn a_broken_benchmark_is_refused_before_any_traffic() {
     assert!(stderr.contains("refused before any traffic"), "{stderr}");
     assert!(!out_dir.exists(), "nothing was run or written");
 }
+
+/// A URL target (any OpenAI-compatible server): bench takes the URL, scrapes the given
+/// `/metrics` pages, recognises the engine and records what it found. The server here is the
+/// simulated engine run 20× fast, which bench does not know: figures are in its wall time.
+#[test]
+fn a_url_target_is_benchmarked_with_its_metrics_pages() {
+    use goodput::sim::fleet::{FleetConfig, start_fleet};
+    use goodput::sim::live::ReplicaConfig;
+
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let setup = goodput::sim::setup::preset("qwen2.5-7b-h100").expect("preset");
+    let fleet = runtime
+        .block_on(start_fleet(FleetConfig {
+            replica: ReplicaConfig {
+                time_scale: 20.0,
+                stream_interval: 8,
+                ..ReplicaConfig::new(setup)
+            },
+            replicas: 1,
+            host: std::net::Ipv4Addr::LOCALHOST.into(),
+            port: 0,
+            router: Default::default(),
+            cold_start: std::time::Duration::from_millis(10),
+            faults: Default::default(),
+        }))
+        .expect("fleet starts");
+    let url = fleet.router_url();
+    let metrics = fleet.replicas[0].url();
+    // Bench does not know the server runs 20× fast: a 2 s window holds the whole schedule.
+    let manifest = MANIFEST.replace(
+        "minimum_duration_seconds: 20",
+        "minimum_duration_seconds: 2",
+    );
+    let yaml = format!(
+        r#"apiVersion: goodput.dev/v1alpha1
+kind: CapacityBenchmark
+metadata: {{name: url-target}}
+spec:
+  target:
+    url: {url}
+    model: Qwen/Qwen2.5-7B-Instruct
+    metricsUrls: [{metrics}]
+    replicas: 1
+    gpusPerReplica: 1
+  workload:
+    manifest:{manifest}
+  experiments:
+    rateSweep: {{rates: [100, 400]}}
+    cacheModes: [cold]
+    scrapeIntervalSeconds: 0.1
+"#
+    );
+    let result = run(&yaml, dir.path());
+    assert_eq!(result.target.kind, "url");
+    assert_eq!(result.time_scale, 1.0);
+    assert_eq!(result.target.engine_profile.as_deref(), Some("vllm"));
+    assert!(
+        result
+            .target
+            .engine_concepts_found
+            .iter()
+            .any(|c| c == "queue_waiting"),
+        "{:?}",
+        result.target
+    );
+    let point = &result.modes[0].points[0];
+    assert!(
+        point.engine_findings.is_some(),
+        "the metrics page was scraped"
+    );
+    assert!(
+        point.queue_trend_source.contains("engine waiting-queue"),
+        "{}",
+        point.queue_trend_source
+    );
+    let manifest =
+        std::fs::read_to_string(dir.path().join("workload-manifest.yaml")).expect("manifest");
+    assert!(manifest.contains(&url), "{manifest}");
+    assert!(manifest.contains("Qwen/Qwen2.5-7B-Instruct"), "{manifest}");
+    runtime.block_on(fleet.shutdown());
+}
