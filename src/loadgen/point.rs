@@ -454,11 +454,22 @@ fn queue_trend(
             );
         }
     }
-    let f = inside(run.client.in_flight_series.clone());
     (
-        queue_slope(&f, 5.0).trend,
+        client_trend(run, from_s, to_s),
         "client in-flight requests (no engine metrics)".into(),
     )
+}
+
+/// The queue-trend rule applied to the client's in-flight count over the window.
+fn client_trend(run: &PointRun, from_s: f64, to_s: f64) -> QueueTrend {
+    let f: Vec<(f64, f64)> = run
+        .client
+        .in_flight_series
+        .iter()
+        .copied()
+        .filter(|p| p.0 >= from_s && p.0 <= to_s)
+        .collect();
+    queue_slope(&f, 5.0).trend
 }
 
 fn summarize(
@@ -510,7 +521,20 @@ fn summarize(
     if run.records.is_empty() {
         reasons.push("no request was measured".to_owned());
     }
-    let engine_findings = series.map(|s| findings(s, window, config.cache == CacheMode::Warm));
+    let mut engine_findings = series.map(|s| findings(s, window, config.cache == CacheMode::Warm));
+    // Cross-check: the client's in-flight count should tell the same story as the engine's
+    // waiting queue; when it does not, the boundaries disagree (lost telemetry, retries).
+    if let Some(f) = engine_findings.as_mut()
+        && source.starts_with("engine")
+    {
+        let client = client_trend(run, from, to);
+        if client != trend {
+            f.flags.push(format!(
+                "queue trend {trend} from the engine's waiting queue, but {client} from the \
+                 client's in-flight count: client and engine boundaries disagree"
+            ));
+        }
+    }
     let law = {
         let inside: Vec<f64> = run
             .client
