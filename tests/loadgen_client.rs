@@ -7,7 +7,7 @@
 
 #[path = "support/live.rs"]
 mod live;
-use live::{bounded, client, config, qwen, start};
+use live::{bounded, client, config, predict, qwen, start};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 use goodput::loadgen::client::send;
 use goodput::loadgen::{Api, ErrorKind, Prompt, RequestOutcome, RequestSpec, Timeouts};
-use goodput::sim::Setup;
-use goodput::sim::engine::{Engine, NewRequest};
 use goodput::sim::live::{CutMode, FaultConfig, ReplicaConfig, StreamCut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -76,25 +74,6 @@ fn assert_failed(o: &RequestOutcome, kind: ErrorKind) {
         "{o:?}"
     );
     assert!(o.sent <= o.ended);
-}
-
-/// TTFT and TPOT (s) the offline model predicts for one request on an idle engine.
-fn predict(setup: &Setup, input_len: u32, output_len: u32) -> (f64, f64) {
-    let mut e = Engine::new(setup.clone());
-    e.submit(NewRequest {
-        input_len,
-        output_len,
-        block_hashes: Vec::new(),
-    });
-    let (mut first, mut last) = (None, 0.0);
-    while e.step().is_some() {
-        if !e.events().is_empty() {
-            first.get_or_insert(e.now());
-            last = e.now();
-        }
-    }
-    let first = first.expect("the request produced tokens");
-    (first, (last - first) / f64::from(output_len - 1))
 }
 
 fn median(v: &mut [f64]) -> f64 {

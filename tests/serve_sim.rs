@@ -6,14 +6,12 @@
 
 #[path = "support/live.rs"]
 mod live;
-use live::{bounded, client, config, qwen, start};
+use live::{bounded, client, config, predict, qwen, start};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use goodput::sim::Setup;
-use goodput::sim::engine::{Engine, NewRequest};
 use goodput::sim::live::{
     CutMode, FaultConfig, MetricsFlavor, ReplicaConfig, ReplicaServer, StreamCut,
 };
@@ -551,25 +549,6 @@ async fn invalid_requests_get_openai_style_errors() {
         server.shutdown().await;
     })
     .await;
-}
-
-/// TTFT and TPOT the offline model predicts for one request on an idle engine.
-fn predict(setup: &Setup, input_len: u32, output_len: u32) -> (f64, f64) {
-    let mut e = Engine::new(setup.clone());
-    e.submit(NewRequest {
-        input_len,
-        output_len,
-        block_hashes: Vec::new(),
-    });
-    let (mut first, mut last) = (None, 0.0);
-    while e.step().is_some() {
-        if !e.events().is_empty() {
-            first.get_or_insert(e.now());
-            last = e.now();
-        }
-    }
-    let first = first.expect("the request produced tokens");
-    (first, (last - first) / f64::from(output_len - 1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,6 +198,14 @@ pub struct ItlReport {
 }
 
 impl PointReport {
+    /// The lowest per-class attainment (`None` when no class has successes).
+    pub fn weakest_attainment(&self) -> Option<f64> {
+        self.classes
+            .values()
+            .filter_map(|c| c.attainment)
+            .reduce(f64::min)
+    }
+
     /// A one-screen summary for a terminal: the per-class table, the gate and its reasons.
     pub fn human_summary(&self) -> String {
         use std::fmt::Write as _;

@@ -445,11 +445,7 @@ impl Runner<'_> {
             dir,
             throughput_rps: r.request_throughput_rps,
             output_tps: r.output_throughput_tps,
-            weakest_attainment: r
-                .classes
-                .values()
-                .filter_map(|c| c.attainment)
-                .reduce(f64::min),
+            weakest_attainment: r.weakest_attainment(),
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
             p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
             slos_met: !r.classes.is_empty()
@@ -887,31 +883,12 @@ fn write_yaml(path: &Path, value: &impl serde::Serialize) -> Result<(), BenchErr
 }
 
 fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    rfc3339(k8s_openapi::jiff::Timestamp::now())
 }
 
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds).
+fn rfc3339(t: k8s_openapi::jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The default pack folder: `./capacity-pack/<name>-<UTC timestamp>/`.
@@ -929,9 +906,12 @@ mod tests {
 
     #[test]
     fn dates_are_civil() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        let day = |d: i64| {
+            rfc3339(k8s_openapi::jiff::Timestamp::from_second(d * 86_400).expect("in range"))
+        };
+        assert_eq!(day(0), "1970-01-01T00:00:00Z");
+        assert_eq!(day(20_788), "2026-12-01T00:00:00Z");
+        assert_eq!(day(11_016), "2000-02-29T00:00:00Z");
     }
 
     #[test]

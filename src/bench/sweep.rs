@@ -106,12 +106,7 @@ pub fn spread(reports: &[(f64, &PointReport)], first_class: &str) -> Vec<RateSpr
                 repeats: here.len() as u32,
                 passed: here.iter().filter(|r| passed(r)).count() as u32,
                 goodput_rps: of(&|r| Some(r.observed_goodput_rps)),
-                weakest_attainment: of(&|r| {
-                    r.classes
-                        .values()
-                        .filter_map(|c| c.attainment)
-                        .reduce(f64::min)
-                }),
+                weakest_attainment: of(&|r| r.weakest_attainment()),
                 error_rate: of(&|r| r.error_rate),
                 p95_ttft_ms: of(&first(|c| c.p95_ttft_ms)),
                 p95_tpot_ms: of(&first(|c| c.p95_tpot_ms)),

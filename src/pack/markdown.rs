@@ -161,7 +161,7 @@ fn mode_section(result: &BenchResult, mode: &ModeResult) -> String {
     let name = mode_name(mode.cache);
     let mut out = format!("## {} cache\n\n", capitalised(name));
     let _ = writeln!(out, "{}\n", capacity_sentence(mode));
-    let rows = point_rows(mode);
+    let rows = point_rows(mode, &result.gate);
     if rows.is_empty() {
         out.push_str("No points were measured in this mode.\n\n");
     } else {
@@ -289,7 +289,7 @@ fn point_notes(result: &BenchResult, rows: &[PointRow<'_>]) -> String {
             if row.reasons.is_empty() {
                 let _ = writeln!(out, "  - no reason recorded (the report's own gate failed)");
             }
-            for reason in row.reasons {
+            for reason in &row.reasons {
                 let _ = writeln!(out, "  - {}", reason.message);
             }
         }

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::figures::{mean, mode_name};
 use super::rows::{point_rows, rate_groups};
-use crate::analysis::{ClassReport, ClassSlo};
+use crate::analysis::{ClassReport, ClassSlo, GateConfig};
 use crate::bench::result::{BenchResult, ModeResult, PointResult};
 
 /// Size of every plot in pixels.
@@ -213,7 +213,7 @@ fn mode_series(result: &BenchResult, figure: impl Fn(&PointResult) -> Option<f64
         .iter()
         .enumerate()
         .filter_map(|(i, mode)| {
-            let points = rate_means(mode, &figure);
+            let points = rate_means(mode, &result.gate, &figure);
             (!points.is_empty()).then(|| Series {
                 label: mode_name(mode.cache).into(),
                 points,
@@ -231,7 +231,9 @@ fn class_series(result: &BenchResult, figure: impl Fn(&ClassReport) -> Option<f6
     let mut series = Vec::new();
     for (m, mode) in result.modes.iter().enumerate() {
         for (c, class) in classes.iter().enumerate() {
-            let points = rate_means(mode, |p| p.report.classes.get(class).and_then(&figure));
+            let points = rate_means(mode, &result.gate, |p| {
+                p.report.classes.get(class).and_then(&figure)
+            });
             if points.is_empty() {
                 continue;
             }
@@ -253,8 +255,12 @@ fn class_series(result: &BenchResult, figure: impl Fn(&ClassReport) -> Option<f6
 }
 
 /// (offered, mean of `figure` over the rate's repeats) for every rate with a finite value.
-fn rate_means(mode: &ModeResult, figure: impl Fn(&PointResult) -> Option<f64>) -> Vec<(f64, f64)> {
-    let rows = point_rows(mode);
+fn rate_means(
+    mode: &ModeResult,
+    gate: &GateConfig,
+    figure: impl Fn(&PointResult) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let rows = point_rows(mode, gate);
     rate_groups(&rows)
         .iter()
         .filter(|g| g.offered_rps.is_finite())

@@ -1,21 +1,21 @@
 //! The points of one cache mode as the reports show them: each run with its verdict and
 //! reasons, sorted by rate then repeat, and grouped by rate.
 
-use crate::analysis::{ClassReport, GateReason, Verdict};
+use crate::analysis::{ClassReport, GateConfig, GateReason, Verdict};
 use crate::bench::result::{ModeResult, PointResult};
-use crate::planning::{PointAssessment, WeakestClass};
+use crate::planning::{WeakestClass, assess};
 
 /// One run of one point, with what the selection concluded about it.
 #[derive(Clone, Debug)]
 pub struct PointRow<'a> {
     /// The run.
     pub point: &'a PointResult,
-    /// Gate verdict (the selection's when it has one for this run).
+    /// Gate verdict.
     pub verdict: Verdict,
     /// The class with the lowest attainment.
     pub weakest: Option<WeakestClass>,
     /// Why the run does not pass.
-    pub reasons: &'a [GateReason],
+    pub reasons: Vec<GateReason>,
     /// The run is at the mode's chosen capacity.
     pub chosen: bool,
 }
@@ -36,77 +36,28 @@ pub struct RateGroup<'a> {
     pub rows: Vec<PointRow<'a>>,
 }
 
-/// Every run of `mode`, sorted by offered rate then repeat, each paired with the
-/// selection's assessment of it.
-pub fn point_rows(mode: &ModeResult) -> Vec<PointRow<'_>> {
+/// Every run of `mode`, sorted by offered rate then repeat, each judged by the planning
+/// core's [`assess`] (the same judgement the capacity selection makes).
+pub fn point_rows<'a>(mode: &'a ModeResult, gate: &GateConfig) -> Vec<PointRow<'a>> {
     let mut points: Vec<&PointResult> = mode.points.iter().collect();
     points.sort_by(|a, b| {
         a.offered_rps
             .total_cmp(&b.offered_rps)
             .then(a.repeat.cmp(&b.repeat))
     });
-    let mut rows = Vec::with_capacity(points.len());
-    for (i, point) in points.iter().enumerate() {
-        // The selection keeps the runs of a rate in the order they were given (by repeat):
-        // the k-th run of a rate here is the k-th assessment of that rate there.
-        let k = points[..i]
-            .iter()
-            .filter(|p| p.offered_rps == point.offered_rps)
-            .count();
-        let assessment = mode
-            .selection
-            .points
-            .iter()
-            .filter(|a| a.offered_rps == point.offered_rps)
-            .nth(k);
-        rows.push(point_row(point, assessment, mode.capacity_rps));
-    }
-    rows
-}
-
-fn point_row<'a>(
-    point: &'a PointResult,
-    assessment: Option<&'a PointAssessment>,
-    capacity_rps: Option<f64>,
-) -> PointRow<'a> {
-    let report = &point.report;
-    let verdict = assessment.map(|a| a.verdict).unwrap_or_else(|| {
-        report.verdict.unwrap_or(if report.capacity_gate_pass {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
+    points
+        .into_iter()
+        .map(|point| {
+            let a = assess(point.offered_rps, &point.report, gate);
+            PointRow {
+                point,
+                verdict: a.verdict,
+                weakest: a.weakest_class,
+                reasons: a.reasons,
+                chosen: mode.capacity_rps == Some(point.offered_rps),
+            }
         })
-    });
-    let weakest = assessment
-        .and_then(|a| a.weakest_class.clone())
-        .or_else(|| weakest_class(report.classes.iter()));
-    let reasons = match assessment {
-        Some(a) if report.gate_reasons.is_empty() => &a.reasons[..],
-        _ => &report.gate_reasons[..],
-    };
-    PointRow {
-        point,
-        verdict,
-        weakest,
-        reasons,
-        chosen: capacity_rps == Some(point.offered_rps),
-    }
-}
-
-/// The class with the lowest attainment (a class without successes counts as lowest).
-fn weakest_class<'a>(
-    classes: impl Iterator<Item = (&'a String, &'a ClassReport)>,
-) -> Option<WeakestClass> {
-    classes
-        .min_by(|a, b| {
-            let key = |c: &ClassReport| c.attainment.unwrap_or(-1.0);
-            key(a.1).total_cmp(&key(b.1))
-        })
-        .map(|(name, c)| WeakestClass {
-            name: name.clone(),
-            attainment: c.attainment,
-            successful_count: c.successful_count,
-        })
+        .collect()
 }
 
 /// Sorted rows grouped by offered rate.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::figures::{mode_name, opt_rate, pct, rate, rule_word};
 use super::markdown::time_scale_words;
 use super::rows::{RateGroup, point_rows, rate_groups};
-use crate::analysis::Verdict;
+use crate::analysis::{GateConfig, Verdict};
 use crate::bench::result::{BenchResult, ModeResult};
 
 /// Rates per line of the pass/fail listing.
@@ -32,7 +32,7 @@ pub fn summary_text(result: &BenchResult) -> String {
         out.push_str("no cache mode was run\n");
     }
     for mode in &result.modes {
-        out.push_str(&mode_lines(mode));
+        out.push_str(&mode_lines(mode, &result.gate));
     }
     let _ = writeln!(out, "{}", plan_line(result));
     let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
@@ -44,7 +44,7 @@ pub fn summary_text(result: &BenchResult) -> String {
     out
 }
 
-fn mode_lines(mode: &ModeResult) -> String {
+fn mode_lines(mode: &ModeResult, gate: &GateConfig) -> String {
     let capacity = match mode.capacity_rps {
         Some(cap) => format!(
             "capacity {} RPS ({} RPS per replica)",
@@ -58,7 +58,7 @@ fn mode_lines(mode: &ModeResult) -> String {
         mode_name(mode.cache),
         pct(mode.mean_prefix_cache_hit_rate)
     );
-    let rows = point_rows(mode);
+    let rows = point_rows(mode, gate);
     let groups = rate_groups(&rows);
     if groups.is_empty() {
         out.push_str("  no points measured\n");

@@ -278,7 +278,9 @@ pub fn select_capacity(points: &[SweepPoint], config: &GateConfig) -> CapacitySe
     }
 }
 
-fn assess(offered_rps: f64, report: &PointReport, config: &GateConfig) -> PointAssessment {
+/// What the gate concludes about one point: its verdict, reasons and weakest class (a
+/// report that carries its own verdict keeps it; others are judged under `config`).
+pub fn assess(offered_rps: f64, report: &PointReport, config: &GateConfig) -> PointAssessment {
     let reasons = match report.verdict {
         Some(_) => report.gate_reasons.clone(),
         None => gate_reasons(report, config),

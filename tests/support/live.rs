@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use goodput::sim::engine::{Engine, NewRequest};
 use goodput::sim::live::{ReplicaConfig, ReplicaServer};
 use goodput::sim::{Setup, preset};
 use tokio::net::TcpListener;
@@ -44,4 +45,23 @@ pub async fn bounded<F: Future<Output = ()>>(limit_s: u64, body: F) {
     tokio::time::timeout(Duration::from_secs(limit_s), body)
         .await
         .expect("test finished within its time limit");
+}
+
+/// TTFT and TPOT (s) the offline model predicts for one request on an idle engine.
+pub fn predict(setup: &Setup, input_len: u32, output_len: u32) -> (f64, f64) {
+    let mut e = Engine::new(setup.clone());
+    e.submit(NewRequest {
+        input_len,
+        output_len,
+        block_hashes: Vec::new(),
+    });
+    let (mut first, mut last) = (None, 0.0);
+    while e.step().is_some() {
+        if !e.events().is_empty() {
+            first.get_or_insert(e.now());
+            last = e.now();
+        }
+    }
+    let first = first.expect("the request produced tokens");
+    (first, (last - first) / f64::from(output_len - 1))
 }
