@@ -1,0 +1,7 @@
+//! The test cluster's conformance suite: every behaviour through the real `kube::Client`
+//! (and kube-runtime's watcher, reflector and Controller) or the real `kubectl`.
+
+mod api;
+mod kubectl;
+mod support;
+mod workloads;
