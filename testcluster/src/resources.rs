@@ -608,10 +608,10 @@ mod printers {
             if let Some(r) = c.pointer("/state/waiting/reason").and_then(Value::as_str) {
                 return Value::from(r);
             }
+            // kubectl prints a finished container's reason: Completed, Error, OOMKilled.
             if let Some(r) = c
                 .pointer("/state/terminated/reason")
                 .and_then(Value::as_str)
-                && s(v, "/status/phase") != "Succeeded"
             {
                 return Value::from(r);
             }

@@ -2,6 +2,7 @@
 //! (and kube-runtime's watcher, reflector and Controller) or the real `kubectl`.
 
 mod api;
+mod faults;
 mod kubectl;
 mod support;
 mod workloads;
