@@ -108,10 +108,10 @@ async fn dropped_watches_resume_and_delayed_watches_lag() {
         .await
         .unwrap();
     loop {
-        if let watcher::Event::Apply(o) = stream.next().await.unwrap().unwrap() {
-            if o.name_any() == "delayed" {
-                break;
-            }
+        if let watcher::Event::Apply(o) = stream.next().await.unwrap().unwrap()
+            && o.name_any() == "delayed"
+        {
+            break;
         }
     }
     assert!(
