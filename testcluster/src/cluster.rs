@@ -117,7 +117,7 @@ impl Cluster {
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -1,4 +1,4 @@
-//! A Kubernetes test cluster on loopback: an API-server double over HTTP that the real
+//! A Kubernetes test cluster on loopback: an API-server double over HTTPS that the real
 //! `kube::Client`, `kubectl` and `helm` talk to, controllers for the built-in workloads, a
 //! kubelet that runs pods as local processes and a proxy that gives Services a loopback IP.
 

@@ -959,3 +959,56 @@ async fn metadata_watches_and_tables() {
     assert!(got);
     let _ = Deployment::kind(&());
 }
+
+#[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave() {
+    let cluster = start().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client(&cluster).await);
+    let mut stream = watcher(api.clone(), watcher::Config::default().labels("tier=web")).boxed();
+    loop {
+        if let watcher::Event::InitDone = stream.next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    api.create(&PostParams::default(), &cm("s", &[]))
+        .await
+        .unwrap();
+    let label = |tier: &str| Patch::Merge(json!({"metadata": {"labels": {"tier": tier}}}));
+    // Into the selector: the watcher sees it appear; out of it: a delete.
+    api.patch("s", &PatchParams::default(), &label("web"))
+        .await
+        .unwrap();
+    match stream.next().await.unwrap().unwrap() {
+        watcher::Event::Apply(o) => assert_eq!(o.labels()["tier"], "web"),
+        e => panic!("expected the object to enter, got {e:?}"),
+    }
+    api.patch("s", &PatchParams::default(), &label("db"))
+        .await
+        .unwrap();
+    match stream.next().await.unwrap().unwrap() {
+        watcher::Event::Delete(o) => assert_eq!(o.name_any(), "s"),
+        e => panic!("expected the object to leave, got {e:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_watch_ends_at_its_timeout_with_a_bookmark() {
+    use kube::api::{WatchEvent, WatchParams};
+    let cluster = start().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client(&cluster).await);
+    api.create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .unwrap();
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let events: Vec<_> = api
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    match events.last() {
+        Some(Ok(WatchEvent::Bookmark(b))) => assert_eq!(b.metadata.resource_version, rv),
+        other => panic!("expected a closing bookmark, got {other:?}"),
+    }
+}
