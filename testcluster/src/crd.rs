@@ -468,6 +468,23 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
         .collect()
 }
 
+/// The built-in kinds plus the repository's CapacityBenchmark CRD (tests of the modules that
+/// serve kinds).
+#[cfg(test)]
+pub(crate) fn registry_with_capacity_benchmark() -> crate::resources::Registry {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/capacitybenchmark.yaml"
+    ))
+    .expect("the committed CRD is readable");
+    let crd: Value = serde_saphyr::from_str(&text).expect("the committed CRD parses");
+    let mut reg = crate::resources::Registry::builtin();
+    for t in resource_types(&crd) {
+        reg.insert(t);
+    }
+    reg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

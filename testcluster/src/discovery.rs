@@ -411,20 +411,6 @@ pub fn aggregated_groups(reg: &Registry) -> Value {
 mod tests {
     use super::*;
 
-    fn registry_with_crd() -> Registry {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../crds/capacitybenchmark.yaml"
-        ))
-        .unwrap();
-        let crd: Value = serde_saphyr::from_str(&text).unwrap();
-        let mut reg = Registry::builtin();
-        for t in crate::crd::resource_types(&crd) {
-            reg.insert(t);
-        }
-        reg
-    }
-
     fn find<'a>(items: &'a Value, name: &str) -> &'a Value {
         items
             .as_array()
@@ -523,7 +509,7 @@ mod tests {
 
     #[test]
     fn legacy_groups_and_crd_entries() {
-        let reg = registry_with_crd();
+        let reg = crate::crd::registry_with_capacity_benchmark();
         let list = api_group_list(&reg);
         assert_eq!(list["kind"], "APIGroupList");
         let groups = list["groups"].as_array().unwrap();

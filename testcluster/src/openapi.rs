@@ -440,20 +440,6 @@ fn resource_paths(t: &ResourceType) -> Map<String, Value> {
 mod tests {
     use super::*;
 
-    fn registry_with_crd() -> Registry {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../crds/capacitybenchmark.yaml"
-        ))
-        .unwrap();
-        let crd: Value = serde_saphyr::from_str(&text).unwrap();
-        let mut reg = Registry::builtin();
-        for t in crate::crd::resource_types(&crd) {
-            reg.insert(t);
-        }
-        reg
-    }
-
     /// The PATCH ops whose object-valued GVK extension matches, as kubectl's verifier scans.
     fn patch_ops<'a>(doc: &'a Value, group: &str, version: &str, kind: &str) -> Vec<&'a Value> {
         doc["paths"]
@@ -473,7 +459,7 @@ mod tests {
 
     #[test]
     fn root_lists_every_gv_with_a_content_hash() {
-        let reg = registry_with_crd();
+        let reg = crate::crd::registry_with_capacity_benchmark();
         let root = v3_root(&reg);
         let paths = root["paths"].as_object().unwrap();
         for (g, v) in reg.group_versions() {
@@ -513,7 +499,7 @@ mod tests {
 
     #[test]
     fn crd_doc_supports_field_validation_and_explain() {
-        let reg = registry_with_crd();
+        let reg = crate::crd::registry_with_capacity_benchmark();
         let doc = v3_group_version(&reg, "apis/goodput.dev/v1alpha1").unwrap();
         assert_eq!(doc["openapi"], "3.0.0");
         let item = &doc["paths"]["/apis/goodput.dev/v1alpha1/namespaces/{namespace}/capacitybenchmarks/{name}"];

@@ -169,6 +169,39 @@ impl Inner {
         let _ = all.send(event);
     }
 
+    /// Stores a change under the next resourceVersion (or removes the object, for a
+    /// deletion) and tells the watchers.
+    fn commit(
+        &mut self,
+        all: &broadcast::Sender<Arc<Event>>,
+        key: &ResKey,
+        id: (String, String),
+        mut new: Value,
+        old: Arc<Value>,
+        type_: EventType,
+    ) -> Arc<Value> {
+        let rv = self.next_rv();
+        new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        let new = Arc::new(new);
+        let objects = &mut self.kind(key).objects;
+        if type_ == EventType::Deleted {
+            objects.remove(&id);
+        } else {
+            objects.insert(id, new.clone());
+        }
+        self.emit(
+            all,
+            Event {
+                key: key.clone(),
+                type_,
+                rv,
+                object: new.clone(),
+                old: Some(old),
+            },
+        );
+        new
+    }
+
     fn namespace_usable(&self, ns: &str) -> Result<(), ApiError> {
         let nss = self.kinds.get(&ResKey::new("", "namespaces"));
         match nss.and_then(|k| k.objects.get(&(String::new(), ns.to_owned()))) {
@@ -483,34 +516,12 @@ impl Store {
                 deleted: finalized,
             });
         }
-        let rv = inner.next_rv();
-        new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
-        let new = Arc::new(new);
-        if finalized {
-            inner.kind(key).objects.remove(&id);
-            inner.emit(
-                &self.all,
-                Event {
-                    key: key.clone(),
-                    type_: EventType::Deleted,
-                    rv,
-                    object: new.clone(),
-                    old: Some(old),
-                },
-            );
+        let type_ = if finalized {
+            EventType::Deleted
         } else {
-            inner.kind(key).objects.insert(id, new.clone());
-            inner.emit(
-                &self.all,
-                Event {
-                    key: key.clone(),
-                    type_: EventType::Modified,
-                    rv,
-                    object: new.clone(),
-                    old: Some(old),
-                },
-            );
-        }
+            EventType::Modified
+        };
+        let new = inner.commit(&self.all, key, id, new, old, type_);
         Ok(Written {
             object: new,
             changed: true,
@@ -596,21 +607,8 @@ impl Store {
             if opts.dry_run {
                 return Ok(Deleted::Gone(old));
             }
-            let rv = inner.next_rv();
-            new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
-            let new = Arc::new(new);
-            inner.kind(key).objects.remove(&id);
-            inner.emit(
-                &self.all,
-                Event {
-                    key: key.clone(),
-                    type_: EventType::Deleted,
-                    rv,
-                    object: new.clone(),
-                    old: Some(old),
-                },
-            );
-            return Ok(Deleted::Gone(new));
+            let gone = inner.commit(&self.all, key, id, new, old, EventType::Deleted);
+            return Ok(Deleted::Gone(gone));
         }
         let m = metadata_mut(&mut new)?;
         let first = !m.contains_key("deletionTimestamp");
@@ -647,46 +645,18 @@ impl Store {
                 old
             }));
         }
-        let rv = inner.next_rv();
-        new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
-        let new = Arc::new(new);
-        inner.kind(key).objects.insert(id, new.clone());
-        inner.emit(
-            &self.all,
-            Event {
-                key: key.clone(),
-                type_: EventType::Modified,
-                rv,
-                object: new.clone(),
-                old: Some(old),
-            },
-        );
-        Ok(Deleted::Pending(new))
+        let marked = inner.commit(&self.all, key, id, new, old, EventType::Modified);
+        Ok(Deleted::Pending(marked))
     }
 
     /// Removes an object whatever holds it: the end of a pod's graceful deletion, a
     /// namespace the namespace controller emptied, a CRD's objects when the CRD goes.
     pub fn remove(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         let mut inner = self.lock();
-        let old = inner
-            .kind(key)
-            .objects
-            .remove(&(ns.to_owned(), name.to_owned()))?;
-        let rv = inner.next_rv();
-        let mut last = (*old).clone();
-        last["metadata"]["resourceVersion"] = Value::from(rv.to_string());
-        let last = Arc::new(last);
-        inner.emit(
-            &self.all,
-            Event {
-                key: key.clone(),
-                type_: EventType::Deleted,
-                rv,
-                object: last.clone(),
-                old: Some(old),
-            },
-        );
-        Some(last)
+        let id = (ns.to_owned(), name.to_owned());
+        let old = inner.kind(key).objects.get(&id)?.clone();
+        let last = (*old).clone();
+        Some(inner.commit(&self.all, key, id, last, old, EventType::Deleted))
     }
 
     /// Subscribes to a kind's changes from a starting point. Fails when the start is older
