@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -681,8 +681,19 @@ async fn controller_reacts_to_changes_and_is_idle_when_nothing_changes() {
         },
     )
     .await;
-    // Steady state: no-op applies produce no events, so no reconciles for 10 s.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Steady state: no-op applies produce no events, so no reconciles for 10 s. First let
+    // the reconcile the repair itself triggered finish (a second with no reconcile).
+    let mut last = reconciles.load(Ordering::SeqCst);
+    wait_for("the controller to settle", Duration::from_secs(10), || {
+        let reconciles = reconciles.clone();
+        let seen = last;
+        last = reconciles.load(Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (reconciles.load(Ordering::SeqCst) == seen).then_some(())
+        }
+    })
+    .await;
     let before = reconciles.load(Ordering::SeqCst);
     let rv = cluster.store().current_rv();
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -934,8 +945,6 @@ async fn garbage_collection_background_foreground_orphan() {
 async fn metadata_watches_and_tables() {
     let cluster = start().await;
     let c = client(&cluster).await;
-    let api: Api<Pod> = Api::default_namespaced(c.clone());
-    let _ = api; // pods need a kubelet; the metadata API is checked on ConfigMaps.
     let cms: Api<ConfigMap> = Api::default_namespaced(c);
     cms.create(&PostParams::default(), &cm("m", &[("k", "v")]))
         .await
@@ -945,19 +954,28 @@ async fn metadata_watches_and_tables() {
     assert_eq!(meta.items[0].metadata.name.as_deref(), Some("m"));
     let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> =
         Api::default_namespaced(cluster_client(&cluster).await);
-    let stream = watcher(metas, watcher::Config::default());
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, watcher(metas, watcher::Config::default()));
     let mut stream = stream.boxed();
-    let mut got = false;
+    let mut got = Vec::new();
     while let Some(Ok(ev)) = stream.next().await {
-        if let watcher::Event::InitApply(m) = ev {
-            got = m.metadata.name.as_deref() == Some("m");
-        }
-        if got {
-            break;
+        match ev {
+            watcher::Event::InitApply(m) => got.extend(m.metadata.name.clone()),
+            watcher::Event::InitDone => break,
+            _ => {}
         }
     }
-    assert!(got);
-    let _ = Deployment::kind(&());
+    assert_eq!(got, ["m"]);
+    // The reflector's cache holds the metadata-only object.
+    reader.wait_until_ready().await.unwrap();
+    assert_eq!(
+        reader
+            .state()
+            .iter()
+            .map(|m| m.name_any())
+            .collect::<Vec<_>>(),
+        ["m"]
+    );
 }
 
 #[tokio::test]
