@@ -4,7 +4,7 @@
 //! and immutability (a Job's template and selector).
 
 use std::net::Ipv4Addr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -13,29 +13,23 @@ use crate::error::ApiError;
 use crate::resources::ResourceType;
 use crate::selector::LabelSelector;
 
-/// Cluster IPs from 127.96.0.0/16 (loopback, so the proxy can listen on them).
-pub struct ClusterIps {
-    next: Mutex<u32>,
-}
+/// Cluster IPs from 127.96.0.0/16 (loopback, so the proxy can listen on them). The counter
+/// is shared by every cluster in the process, so two test clusters never give two Services
+/// the same address (their proxies would fight over the port).
+#[derive(Default)]
+pub struct ClusterIps;
 
-impl Default for ClusterIps {
-    fn default() -> Self {
-        Self {
-            next: Mutex::new(1),
-        }
-    }
-}
+static NEXT_CLUSTER_IP: AtomicU32 = AtomicU32::new(1);
 
 impl ClusterIps {
     pub fn allocate(&self) -> String {
-        let mut n = self.next.lock().unwrap_or_else(|e| e.into_inner());
-        // Skip .0 and .255 host parts: some clients treat them as network or broadcast.
-        while (*n).is_multiple_of(256) || *n % 256 == 255 {
-            *n += 1;
+        loop {
+            let n = NEXT_CLUSTER_IP.fetch_add(1, Ordering::Relaxed) % 65_536;
+            // Skip .0 and .255 host parts: some clients treat them as network or broadcast.
+            if !n.is_multiple_of(256) && n % 256 != 255 {
+                return Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 96, 0, 0)) + n).to_string();
+            }
         }
-        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 96, 0, 0)) + (*n % 65_536));
-        *n += 1;
-        ip.to_string()
     }
 }
 
@@ -567,7 +561,7 @@ mod tests {
     #[test]
     fn job_gets_selector_labels_and_defaults() {
         let mut job = json!({"metadata": {"name": "j", "uid": "u1"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
-        admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps::default()).unwrap();
+        admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps).unwrap();
         assert_eq!(
             job["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"],
             "u1"
@@ -584,7 +578,7 @@ mod tests {
     #[test]
     fn job_restart_policy_always_is_refused() {
         let mut job = json!({"metadata": {"name": "j", "uid": "u1"}, "spec": {"template": {"spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "x"}]}}}});
-        let err = admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps::default()).unwrap_err();
+        let err = admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps).unwrap_err();
         assert_eq!(err.code, 422);
         assert!(err.message.contains("restartPolicy"), "{}", err.message);
     }
@@ -592,16 +586,10 @@ mod tests {
     #[test]
     fn job_template_is_immutable() {
         let mut job = json!({"metadata": {"name": "j", "uid": "u1"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
-        admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps::default()).unwrap();
+        admit(&rt("batch", "jobs"), &mut job, None, &ClusterIps).unwrap();
         let old = job.clone();
         job["spec"]["template"]["spec"]["containers"][0]["image"] = json!("y");
-        let err = admit(
-            &rt("batch", "jobs"),
-            &mut job,
-            Some(&old),
-            &ClusterIps::default(),
-        )
-        .unwrap_err();
+        let err = admit(&rt("batch", "jobs"), &mut job, Some(&old), &ClusterIps).unwrap_err();
         assert_eq!(err.code, 422);
         assert!(
             err.message.contains("field is immutable"),
@@ -613,29 +601,17 @@ mod tests {
     #[test]
     fn deployment_selector_must_match_template() {
         let mut d = json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
-        let err = admit(
-            &rt("apps", "deployments"),
-            &mut d,
-            None,
-            &ClusterIps::default(),
-        )
-        .unwrap_err();
+        let err = admit(&rt("apps", "deployments"), &mut d, None, &ClusterIps).unwrap_err();
         assert_eq!(err.code, 422);
         d["spec"]["template"]["metadata"]["labels"]["app"] = json!("a");
-        admit(
-            &rt("apps", "deployments"),
-            &mut d,
-            None,
-            &ClusterIps::default(),
-        )
-        .unwrap();
+        admit(&rt("apps", "deployments"), &mut d, None, &ClusterIps).unwrap();
         assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
         assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
     }
 
     #[test]
     fn service_gets_a_loopback_cluster_ip_that_stays() {
-        let ips = ClusterIps::default();
+        let ips = ClusterIps;
         let mut s = json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}});
         admit(&rt("", "services"), &mut s, None, &ips).unwrap();
         let ip = s["spec"]["clusterIP"].as_str().unwrap().to_owned();
@@ -650,7 +626,7 @@ mod tests {
     #[test]
     fn secret_string_data_is_encoded() {
         let mut s = json!({"metadata": {"name": "s"}, "stringData": {"token": "abc"}});
-        admit(&rt("", "secrets"), &mut s, None, &ClusterIps::default()).unwrap();
+        admit(&rt("", "secrets"), &mut s, None, &ClusterIps).unwrap();
         assert_eq!(s["data"]["token"], "YWJj");
         assert!(s.get("stringData").is_none());
     }

@@ -49,7 +49,7 @@ impl ApiState {
             store,
             tokens,
             faults,
-            ips: ClusterIps::default(),
+            ips: ClusterIps,
             kubelet: OnceLock::new(),
             address: OnceLock::new(),
         }
