@@ -210,6 +210,28 @@ async fn serve_sim_deployment_behind_a_service() {
         (ready_endpoints(&s).len() == 4).then_some(())
     })
     .await;
+    // A killed engine process drops out of the ready endpoints until its restart passes
+    // the readiness probe again.
+    let killed = two.iter().nth(1).unwrap().clone();
+    cluster.kubelet().kill("default", &killed);
+    wait_for(
+        "the killed pod to turn not ready",
+        Duration::from_secs(30),
+        || async {
+            let s = slices.list(&by_service).await.ok()?.items;
+            (!ready_endpoints(&s).contains(&killed)).then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "the restarted pod to be ready again",
+        Duration::from_secs(60),
+        || async {
+            let s = slices.list(&by_service).await.ok()?.items;
+            ready_endpoints(&s).contains(&killed).then_some(())
+        },
+    )
+    .await;
     // A deleted pod leaves the slice; its replacement joins it.
     let victim = two.iter().next().unwrap().clone();
     pods.delete(&victim, &DeleteParams::default())
