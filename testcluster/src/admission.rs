@@ -4,6 +4,7 @@
 //! and immutability (a Job's template and selector).
 
 use std::net::Ipv4Addr;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use base64::Engine;
@@ -15,11 +16,13 @@ use crate::selector::LabelSelector;
 
 /// Cluster IPs from 127.96.0.0/16 (loopback, so the proxy can listen on them). The counter
 /// is shared by every cluster in the process, so two test clusters never give two Services
-/// the same address (their proxies would fight over the port).
+/// the same address (their proxies would fight over the port), and starts at a random
+/// point, so clusters in different processes are unlikely to meet either.
 #[derive(Default)]
 pub struct ClusterIps;
 
-static NEXT_CLUSTER_IP: AtomicU32 = AtomicU32::new(1);
+static NEXT_CLUSTER_IP: LazyLock<AtomicU32> =
+    LazyLock::new(|| AtomicU32::new(rand::random::<u32>() % 65_536));
 
 impl ClusterIps {
     pub fn allocate(&self) -> String {

@@ -588,8 +588,9 @@ mod tests {
     #[test]
     fn table_renders_printer_columns_with_condition_filter_and_age() {
         let rt = cr_type();
+        // A whole second, so the age is at least 300 s (rounding could make it 299).
         let created = crate::time::format_seconds(
-            jiff::Timestamp::now() - jiff::SignedDuration::from_secs(300),
+            jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - 300).unwrap(),
         );
         let obj = cr(&created);
         let t = table(&rt, &[&obj], "42", Some("tok"), IncludeObject::Metadata);

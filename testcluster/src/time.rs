@@ -1,17 +1,15 @@
 //! Timestamps as the API server writes them.
 
-use jiff::{Timestamp, Unit};
+use jiff::Timestamp;
 
 /// RFC 3339 at second precision (`metav1.Time`).
 pub fn now() -> String {
     format_seconds(Timestamp::now())
 }
 
+/// Truncated to the second, as `metav1.Time` marshals (never a time in the future).
 pub fn format_seconds(t: Timestamp) -> String {
-    t.round(Unit::Second)
-        .unwrap_or(t)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// RFC 3339 with microseconds (`metav1.MicroTime`, used by events.k8s.io and Leases).
@@ -89,6 +87,6 @@ mod tests {
     #[test]
     fn seconds_format_has_no_fraction() {
         let t: Timestamp = "2026-01-02T03:04:05.6Z".parse().unwrap();
-        assert_eq!(format_seconds(t), "2026-01-02T03:04:06Z");
+        assert_eq!(format_seconds(t), "2026-01-02T03:04:05Z");
     }
 }
