@@ -104,6 +104,9 @@ async fn completion_with_token_ids_counts_and_times_every_token() {
         assert_success(&warm);
         let (mut ttfts, mut tpots, mut itls) = (Vec::new(), Vec::new(), Vec::new());
         for salt in 1..=5 {
+            // Give the client a moment to put the previous connection (the warm-up's too)
+            // back in its pool; without it a second connection opens now and then.
+            tokio::time::sleep(Duration::from_millis(20)).await;
             let spec = completion(token_prompt(input, salt), output);
             let o = send(&c, &server.url(), &spec, &timeouts()).await;
             assert_success(&o);
@@ -118,7 +121,6 @@ async fn completion_with_token_ids_counts_and_times_every_token() {
             ttfts.push((first - o.sent).as_secs_f64());
             tpots.push((last - first).as_secs_f64() / f64::from(output - 1));
             itls.extend(o.itl_ms.iter().map(|ms| ms / 1e3));
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Each stream was read to its end, so one pooled connection carried them all.
         assert_eq!(server.open_connections().await, 1);
