@@ -229,16 +229,24 @@ async fn serve_tls(
     }
 }
 
-/// A kubeconfig with one cluster (its CA inline), one user (a bearer token) and one context.
+/// A kubeconfig with one cluster (its CA inline, when the server speaks TLS), one user (a
+/// bearer token) and one context. JSON is YAML: every kubeconfig loader reads it.
 pub fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str, namespace: &str) -> String {
     use base64::Engine;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
-         users:\n- name: testcluster-user\n  user:\n    token: {token}\n\
-         contexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: testcluster-user\n    namespace: {namespace}\n\
-         current-context: testcluster\npreferences: {{}}\n"
-    )
+    let mut cluster = json!({"server": server});
+    if !ca_pem.is_empty() {
+        cluster["certificate-authority-data"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
+    }
+    let v = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testcluster", "cluster": cluster}],
+        "users": [{"name": "testcluster-user", "user": {"token": token}}],
+        "contexts": [{"name": "testcluster", "context": {"cluster": "testcluster", "user": "testcluster-user", "namespace": namespace}}],
+        "current-context": "testcluster",
+    });
+    format!("{v:#}\n")
 }
 
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {

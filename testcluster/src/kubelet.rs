@@ -1721,7 +1721,7 @@ impl Worker {
             ];
             let io = |e: std::io::Error| fail(SA_VOLUME, e.to_string());
             write_projection(&self.volumes_dir().join(SA_VOLUME), &files).map_err(io)?;
-            let kubeconfig = kubeconfig(
+            let kubeconfig = crate::cluster::kubeconfig_yaml(
                 &self.inner.config.api_server,
                 &self.inner.config.ca_pem,
                 &token,
@@ -2265,25 +2265,6 @@ fn format_map(m: &Value) -> String {
         .collect();
     lines.sort();
     lines.join("\n")
-}
-
-fn kubeconfig(server: &str, ca_pem: &str, token: &str, namespace: &str) -> String {
-    use base64::Engine;
-    let mut cluster = json!({"server": server});
-    if !ca_pem.is_empty() {
-        cluster["certificate-authority-data"] =
-            json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
-    }
-    // JSON is YAML: every kubeconfig loader reads it.
-    let v = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "testcluster", "cluster": cluster}],
-        "users": [{"name": "serviceaccount", "user": {"token": token}}],
-        "contexts": [{"name": "testcluster", "context": {"cluster": "testcluster", "user": "serviceaccount", "namespace": namespace}}],
-        "current-context": "testcluster",
-    });
-    format!("{v:#}\n")
 }
 
 /// The variables a container declares (service links, `envFrom`, `env`): what `$(VAR)` sees.

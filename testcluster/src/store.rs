@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 
 use crate::error::ApiError;
 use crate::resources::{GenerationRule, Registry, ResKey, ResourceType};
+use crate::ssa::equal_ignoring_managed_times;
 use crate::time;
 
 /// Events kept per kind for watches that resume from a resourceVersion.
@@ -879,26 +880,6 @@ fn string_set(v: Option<&Value>) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Equal apart from `managedFields[].time`: the API server's rule that such a write is a
-/// no-op (its `IgnoreManagedFieldsTimestampsTransformer`).
-pub fn equal_ignoring_managed_times(a: &Value, b: &Value) -> bool {
-    fn strip(v: &Value) -> Value {
-        let mut v = v.clone();
-        if let Some(mf) = v
-            .pointer_mut("/metadata/managedFields")
-            .and_then(Value::as_array_mut)
-        {
-            for e in mf {
-                if let Some(o) = e.as_object_mut() {
-                    o.remove("time");
-                }
-            }
-        }
-        v
-    }
-    a == b || strip(a) == strip(b)
 }
 
 fn new_uid() -> String {
