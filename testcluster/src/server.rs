@@ -647,25 +647,30 @@ fn output(rt: &ResourceType, obj: &Value) -> Value {
     o
 }
 
-fn object_response(req: &Req, rt: &ResourceType, code: StatusCode, obj: &Value) -> Response {
-    let body = match req.representation() {
+/// One object in the representation the client asked for (a GET's body, a watch event's
+/// object).
+fn represent(
+    rt: &ResourceType,
+    obj: &Value,
+    rep: Representation,
+    include: table::IncludeObject,
+) -> Value {
+    match rep {
         Representation::Table => {
             let rv = obj
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            table::table(
-                rt,
-                &[obj],
-                rv,
-                None,
-                table::include_object(req.q("includeObject")),
-            )
+            table::table(rt, &[obj], rv, None, include)
         }
         Representation::PartialObjectMetadata => table::partial_object_metadata(&output(rt, obj)),
         Representation::Object => output(rt, obj),
-    };
-    json_response(code, &body)
+    }
+}
+
+fn object_response(req: &Req, rt: &ResourceType, code: StatusCode, obj: &Value) -> Response {
+    let include = table::include_object(req.q("includeObject"));
+    json_response(code, &represent(rt, obj, req.representation(), include))
 }
 
 fn parse_body(req: &Req) -> Result<Value, ApiError> {
@@ -878,17 +883,14 @@ fn watch(state: &Arc<ApiState>, req: &Req, t: &Target) -> Result<Response, ApiEr
         ));
     }
     let start = match req.q("resourceVersion") {
+        // A streaming list starts from the current state whatever version it names.
         None | Some("0") => WatchStart::Current,
-        Some(rv) if send_initial => {
-            let _ = rv;
-            WatchStart::Current
-        }
+        Some(_) if send_initial => WatchStart::Current,
         Some(rv) => WatchStart::After(
             rv.parse()
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
         ),
     };
-    // A named watch (`kubectl wait`, `watch_object`) is a field selector on the name.
     let timeout = req
         .q("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
@@ -929,20 +931,7 @@ fn watch(state: &Arc<ApiState>, req: &Req, t: &Target) -> Result<Response, ApiEr
         }
     };
     let render = move |type_: &str, obj: &Value| -> Value {
-        let o = match representation {
-            Representation::Table => {
-                let rv = obj
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                table::table(&rt, &[obj], rv, None, include)
-            }
-            Representation::PartialObjectMetadata => {
-                table::partial_object_metadata(&output(&rt, obj))
-            }
-            Representation::Object => output(&rt, obj),
-        };
-        json!({"type": type_, "object": o})
+        json!({"type": type_, "object": represent(&rt, obj, representation, include)})
     };
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
