@@ -591,9 +591,12 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode> {
                     return false;
                 }
             };
-            let pass = match &row.report {
-                Some(report) => report.capacity_gate_pass,
-                None => row.slo_met >= args.slo_met,
+            let pass = match (&row.report, gate.as_ref()) {
+                (Some(report), Some(gate)) => {
+                    goodput::planning::assess(rate, report, gate).verdict
+                        == goodput::analysis::Verdict::Pass
+                }
+                _ => row.slo_met >= args.slo_met,
             };
             probes.push(Probe {
                 rate,

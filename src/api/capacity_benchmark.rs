@@ -345,6 +345,22 @@ pub enum CacheModeName {
     Warm,
 }
 
+impl CacheModeName {
+    /// `cold` / `warm`: the name in labels, folders and Job names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheModeName::Cold => "cold",
+            CacheModeName::Warm => "warm",
+        }
+    }
+}
+
+impl std::fmt::Display for CacheModeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Prompts of a cold run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -11,6 +11,7 @@
 //! measured records and engine series are multiplied back by `K` before the analysis core
 //! sees them, so reports, gates and verdicts are in real-time units.
 
+pub mod driver;
 pub mod result;
 pub mod sweep;
 
@@ -30,15 +31,14 @@ use crate::loadgen::point::{
 };
 use crate::loadgen::prompt::CacheMode;
 use crate::loadgen::run::{LoadConfig, LoadMode};
-use crate::planning::{
-    PlanInput, SweepEntry, SweepFile, SweepPoint, plan_replicas, select_capacity,
-};
+use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::ReplicaConfig;
 use crate::sim::router::RouterConfig;
 use crate::workload::hashing::{fnv1a, mix64};
 use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
 use crate::workload::{Resolved, WorkloadManifest};
+use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
 use result::{
     BenchResult, ModeResult, PointResult, SaturationLevel, SaturationResult, TargetFacts,
 };
@@ -134,10 +134,76 @@ pub async fn run_bench(
             .map_or(0, |d| d.as_nanos() as u64),
         profile: std::sync::Mutex::new(None),
     };
+    // The driver decides every point; this shell only runs them in-process.
+    let plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+    let mut recorded: Vec<Recorded> = Vec::new();
+    let mut levels: Vec<(CacheModeName, SaturationLevel)> = Vec::new();
+    let mut points: Vec<(CacheModeName, PointResult)> = Vec::new();
+    let gate = manifest.gate_config();
+    while let Step::Run(key) = driver::next_step(&plan, &recorded) {
+        let outcome = match key {
+            PointKey::Saturation { cache, concurrency } => {
+                // A saturation key only comes from a plan with a saturation sweep.
+                let duration_s = plan.saturation.as_ref().map_or(0.0, |s| s.duration_s);
+                let level = runner
+                    .saturation_level(cache, concurrency, duration_s)
+                    .await?;
+                let outcome = Outcome::Saturation {
+                    throughput_rps: level.throughput_rps,
+                    slos_met: level.slos_met,
+                };
+                levels.push((cache, level));
+                outcome
+            }
+            PointKey::Rate {
+                cache,
+                rate,
+                repeat,
+            } => {
+                let point = runner.rate_point(key, cache, rate, repeat).await?;
+                let assessment = crate::planning::assess(rate, &point.report, &gate);
+                let outcome = Outcome::Rate {
+                    passed: driver::rate_passed(point.valid, &assessment),
+                };
+                points.push((cache, point));
+                outcome
+            }
+        };
+        recorded.push(Recorded { key, outcome });
+    }
     let mut modes = Vec::new();
     let mut warnings = Vec::new();
-    for cache in &spec.experiments.cache_modes {
-        modes.push(runner.mode(*cache, &mut warnings).await?);
+    for &cache in &plan.cache_modes {
+        let decision = driver::decide_mode(&plan, cache, &recorded);
+        warnings.extend(decision.warnings.iter().cloned());
+        let saturation = plan.saturation.as_ref().map(|_| {
+            let levels: Vec<SaturationLevel> = levels
+                .iter()
+                .filter(|(c, _)| *c == cache)
+                .map(|(_, l)| l.clone())
+                .collect();
+            let range = spec.experiments.rate_sweep.clone().unwrap_or_default();
+            SaturationResult {
+                knee: levels
+                    .iter()
+                    .find(|l| Some(l.concurrency) == decision.knee)
+                    .cloned(),
+                levels,
+                rule: sweep::knee_rule(range.low_fraction, range.high_fraction, range.points),
+                proposed_rates: decision.proposed_rates.clone(),
+            }
+        });
+        let mut mode_points: Vec<PointResult> = points
+            .iter()
+            .filter(|(c, _)| *c == cache)
+            .map(|(_, p)| p.clone())
+            .collect();
+        mode_points.sort_by(|a, b| {
+            a.offered_rps
+                .total_cmp(&b.offered_rps)
+                .then(a.repeat.cmp(&b.repeat))
+        });
+        modes.push(runner.finish_mode(cache, saturation, mode_points, &mut warnings)?);
     }
     bar.finish_and_clear();
     let mut facts = target.facts.clone();
@@ -147,18 +213,9 @@ pub async fn run_bench(
         facts.engine_concepts_missing = found.missing.iter().map(|c| c.key().to_owned()).collect();
     }
 
-    let plan_cache_mode = spec.peak.as_ref().and_then(|p| p.cache_mode).or_else(|| {
-        // The lowest capacity among the modes run: the conservative plan.
-        modes
-            .iter()
-            .filter(|m| m.capacity_rps.is_some())
-            .min_by(|a, b| {
-                a.capacity_rps
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.capacity_rps.unwrap_or(0.0))
-            })
-            .map(|m| m.cache)
-    });
+    let capacities: Vec<(CacheModeName, Option<f64>)> =
+        modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
+    let plan_cache_mode = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
     let plan = plan_cache_mode
         .and_then(|c| modes.iter().find(|m| m.cache == c))
         .and_then(|m| m.plan.clone());
@@ -207,125 +264,6 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// Saturation (when asked or needed), the rate sweep with its extensions, capacity and
-    /// plan of one cache mode.
-    async fn mode(
-        &self,
-        cache: CacheModeName,
-        warnings: &mut Vec<String>,
-    ) -> Result<ModeResult, BenchError> {
-        let ex = &self.spec.experiments;
-        let sweep_spec = ex.rate_sweep.clone();
-        let saturation_spec = match (&ex.saturation, &sweep_spec) {
-            (Some(s), _) => Some(s.clone()),
-            // No fixed rates: a saturation sweep proposes them.
-            (None, None) => Some(Default::default()),
-            (None, Some(r)) if r.rates.is_empty() => Some(Default::default()),
-            (None, Some(_)) => None,
-        };
-        let range = sweep_spec.clone().unwrap_or_default();
-        let mut saturation = None;
-        if let Some(sat) = &saturation_spec {
-            let mut levels = Vec::new();
-            for &c in &sat.concurrency {
-                levels.push(
-                    self.saturation_level(cache, c, sat.duration_seconds)
-                        .await?,
-                );
-            }
-            let knee = sweep::knee(&levels).cloned();
-            let proposed = match (
-                &knee,
-                sweep_spec.as_ref().is_some_and(|r| !r.rates.is_empty()),
-            ) {
-                (_, true) => Vec::new(),
-                (Some(k), false) => sweep::proposed_rates(
-                    k.throughput_rps,
-                    range.low_fraction,
-                    range.high_fraction,
-                    range.points,
-                ),
-                (None, false) => {
-                    // Even the lowest level missed the SLOs: sweep below its throughput.
-                    let low = levels.first().map_or(1.0, |l| l.throughput_rps.max(0.01));
-                    warnings.push(format!(
-                        "{cache:?}: no saturation level met every class's SLOs; sweeping \
-                         below the lowest level's throughput ({low:.2} RPS)"
-                    ));
-                    sweep::proposed_rates(low, 0.25, 1.0, range.points)
-                }
-            };
-            if knee
-                .as_ref()
-                .is_some_and(|k| Some(k.concurrency) == levels.last().map(|l| l.concurrency))
-            {
-                warnings.push(format!(
-                    "{cache:?}: every saturation level met the SLOs; the knee may lie above \
-                     the highest concurrency tried"
-                ));
-            }
-            saturation = Some(SaturationResult {
-                levels,
-                knee,
-                rule: sweep::knee_rule(range.low_fraction, range.high_fraction, range.points),
-                proposed_rates: proposed,
-            });
-        }
-        let mut rates: Vec<f64> = match sweep_spec.as_ref().filter(|r| !r.rates.is_empty()) {
-            Some(r) => r.rates.clone(),
-            None => saturation
-                .as_ref()
-                .map(|s| s.proposed_rates.clone())
-                .unwrap_or_default(),
-        };
-        let run_rates = sweep_spec.is_some() || ex.saturation.is_none();
-        let mut points: Vec<PointResult> = Vec::new();
-        if run_rates {
-            let mut extensions = 0;
-            let mut queue: Vec<f64> = rates.clone();
-            loop {
-                for rate in std::mem::take(&mut queue) {
-                    for repeat in 0..self.spec.repeats.max(1) {
-                        points.push(self.rate_point(cache, rate, repeat).await?);
-                    }
-                }
-                let passed: Vec<(f64, bool)> = rates
-                    .iter()
-                    .map(|&r| {
-                        (
-                            r,
-                            points
-                                .iter()
-                                .filter(|p| p.offered_rps == r)
-                                .all(|p| p.valid && sweep::passed(&p.report)),
-                        )
-                    })
-                    .collect();
-                match sweep::extension(&passed) {
-                    Some(next) if extensions < sweep::MAX_EXTENSIONS && !rates.contains(&next) => {
-                        extensions += 1;
-                        rates.push(next);
-                        queue.push(next);
-                    }
-                    Some(_) => {
-                        warnings.push(format!(
-                            "{cache:?}: the sweep does not bracket the capacity after \
-                             {extensions} extension(s); widen experiments.rateSweep"
-                        ));
-                        break;
-                    }
-                    None => break,
-                }
-            }
-        }
-        points.sort_by(|a, b| {
-            a.offered_rps
-                .total_cmp(&b.offered_rps)
-                .then(a.repeat.cmp(&b.repeat))
-        });
-        self.finish_mode(cache, saturation, points, warnings)
-    }
-
     fn finish_mode(
         &self,
         cache: CacheModeName,
@@ -336,38 +274,28 @@ impl Runner<'_> {
         let gate = self.manifest.gate_config();
         for p in points.iter().filter(|p| !p.valid) {
             warnings.push(format!(
-                "{cache:?} {} RPS repeat {}: not evidence ({}); left out of the capacity",
+                "{cache} {} RPS repeat {}: not evidence ({}); left out of the capacity",
                 p.offered_rps,
                 p.repeat,
                 p.validity_reasons.join("; ")
             ));
         }
-        let evidence: Vec<SweepPoint> = points
-            .iter()
-            .filter(|p| p.valid)
-            .map(|p| SweepPoint {
-                offered_rps: p.offered_rps,
-                report: p.report.clone(),
-            })
-            .collect();
-        let selection = select_capacity(&evidence, &gate);
-        let capacity_rps = selection.capacity_rps;
         let replicas = self.target.facts.replicas;
-        let capacity_per_replica_rps = capacity_rps.map(|c| c / f64::from(replicas.max(1)));
-        let plan = match (&self.spec.peak, capacity_rps) {
-            (Some(peak), Some(capacity)) => plan_replicas(PlanInput {
-                peak_rps: peak.rps,
-                capacity_rps: capacity,
-                replicas_tested: replicas,
+        let rows: Vec<(f64, bool, &PointReport)> = points
+            .iter()
+            .map(|p| (p.offered_rps, p.valid, &p.report))
+            .collect();
+        let conclusion = driver::conclude_mode(
+            &rows,
+            &gate,
+            TestedDeployment {
+                replicas,
                 gpus_per_replica: self.target.facts.gpus_per_replica,
-                target_utilization: peak
-                    .target_utilization
-                    .unwrap_or(self.manifest.acceptance.target_utilization),
-            })
-            .map_err(|e| BenchError::Spec(format!("spec.peak: {e}")))
-            .map(Some)?,
-            _ => None,
-        };
+            },
+            self.spec.peak.as_ref(),
+            self.manifest.acceptance.target_utilization,
+        )
+        .map_err(|e| BenchError::Spec(format!("spec.peak: {e}")))?;
         let first = self
             .manifest
             .workload
@@ -376,7 +304,7 @@ impl Runner<'_> {
             .unwrap_or_default();
         let pairs: Vec<(f64, &PointReport)> =
             points.iter().map(|p| (p.offered_rps, &p.report)).collect();
-        let spread = sweep::spread(&pairs, &first);
+        let spread = sweep::spread(&pairs, &first, &gate);
         let rates: Vec<f64> = points
             .iter()
             .filter_map(|p| p.engine_findings.as_ref()?.prefix_cache_hit_rate)
@@ -405,11 +333,11 @@ impl Runner<'_> {
             cache,
             saturation,
             points,
-            selection,
+            selection: conclusion.selection,
             spread,
-            capacity_rps,
-            capacity_per_replica_rps,
-            plan,
+            capacity_rps: conclusion.capacity_rps,
+            capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
+            plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
         })
     }
@@ -423,7 +351,7 @@ impl Runner<'_> {
     ) -> Result<SaturationLevel, BenchError> {
         let dir = format!("{}/saturation/c{concurrency}", mode_dir(cache));
         self.bar
-            .set_message(format!("{cache:?} saturation: {concurrency} in flight"));
+            .set_message(format!("{cache} saturation: {concurrency} in flight"));
         // The manifest's warmup is excluded from measurement, so it comes on top of the
         // level's measured duration.
         let mode = LoadMode::Concurrency {
@@ -439,7 +367,6 @@ impl Runner<'_> {
             .workload
             .first()
             .and_then(|c| r.classes.get(&c.name));
-        let min = self.manifest.acceptance.class_slo_attainment_min;
         Ok(SaturationLevel {
             concurrency,
             dir,
@@ -448,27 +375,19 @@ impl Runner<'_> {
             weakest_attainment: r.weakest_attainment(),
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
             p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
-            slos_met: !r.classes.is_empty()
-                && r.classes
-                    .values()
-                    .all(|c| c.attainment.is_some_and(|a| a >= min)),
+            slos_met: driver::slos_met(r, self.manifest.acceptance.class_slo_attainment_min),
         })
     }
 
     /// One open-loop point (one repeat).
     async fn rate_point(
         &self,
+        key: PointKey,
         cache: CacheModeName,
         rate: f64,
         repeat: u32,
     ) -> Result<PointResult, BenchError> {
-        let base = self.manifest.client.request_schedule_seed;
-        // Repeat 0 is the manifest's schedule; others get derived seeds.
-        let seed = if repeat == 0 {
-            base
-        } else {
-            mix64(base ^ u64::from(repeat))
-        };
+        let seed = key.seed(self.manifest.client.request_schedule_seed);
         let dir = format!(
             "{}/rate-{}rps{}",
             mode_dir(cache),
@@ -480,7 +399,7 @@ impl Runner<'_> {
             }
         );
         self.bar.set_message(format!(
-            "{cache:?} {} RPS{}",
+            "{cache} {} RPS{}",
             rate_label(rate),
             if self.spec.repeats > 1 {
                 format!(" repeat {}", repeat + 1)
@@ -854,12 +773,9 @@ fn progress_bar(enabled: bool) -> ProgressBar {
     bar
 }
 
-/// `cold` / `warm`.
+/// `cold` / `warm`: a cache mode's folder in the pack.
 pub fn mode_dir(cache: CacheModeName) -> &'static str {
-    match cache {
-        CacheModeName::Cold => "cold",
-        CacheModeName::Warm => "warm",
-    }
+    cache.as_str()
 }
 
 fn relative_to_mode(dir: &str) -> &str {

@@ -1,8 +1,10 @@
-//! The pure decisions of a benchmark: the saturation knee and the rate sweep it proposes,
-//! extending a sweep that does not bracket the capacity, and the spread across repeats.
+//! The pure arithmetic of a sweep: the rates a knee proposes, the extension of a sweep that
+//! does not bracket the capacity, and the spread across repeats. The driver
+//! ([`super::driver`]) decides when each applies.
 
-use super::result::{RateSpread, SaturationLevel, Spread};
-use crate::analysis::{PointReport, Verdict};
+use super::result::{RateSpread, Spread};
+use crate::analysis::{GateConfig, PointReport, Verdict};
+use crate::planning::assess;
 
 /// How the knee is chosen and the range derived, in words (for the report).
 pub fn knee_rule(low: f64, high: f64, points: u32) -> String {
@@ -17,14 +19,6 @@ pub fn knee_rule(low: f64, high: f64, points: u32) -> String {
 
 /// Most points added to a sweep that does not bracket the capacity.
 pub const MAX_EXTENSIONS: usize = 3;
-
-/// The knee of a saturation sweep: the highest level whose SLOs were met.
-pub fn knee(levels: &[SaturationLevel]) -> Option<&SaturationLevel> {
-    levels
-        .iter()
-        .filter(|l| l.slos_met && l.throughput_rps > 0.0)
-        .max_by_key(|l| l.concurrency)
-}
 
 /// `points` rates evenly from `low × knee` to `high × knee`, rounded to what a person would
 /// write (3 significant digits).
@@ -73,17 +67,13 @@ pub fn extension(rates_passed: &[(f64, bool)]) -> Option<f64> {
     }
 }
 
-/// Whether a report passed the gate.
-pub fn passed(report: &PointReport) -> bool {
-    match report.verdict {
-        Some(v) => v == Verdict::Pass,
-        None => report.capacity_gate_pass,
-    }
-}
-
 /// The spread of every figure over the repeats of each rate (`reports` as
 /// `(rate, report)`, any order). `first_class` names the class whose latencies are shown.
-pub fn spread(reports: &[(f64, &PointReport)], first_class: &str) -> Vec<RateSpread> {
+pub fn spread(
+    reports: &[(f64, &PointReport)],
+    first_class: &str,
+    gate: &GateConfig,
+) -> Vec<RateSpread> {
     let mut rates: Vec<f64> = reports.iter().map(|r| r.0).collect();
     rates.sort_by(f64::total_cmp);
     rates.dedup();
@@ -104,7 +94,10 @@ pub fn spread(reports: &[(f64, &PointReport)], first_class: &str) -> Vec<RateSpr
             RateSpread {
                 offered_rps: rate,
                 repeats: here.len() as u32,
-                passed: here.iter().filter(|r| passed(r)).count() as u32,
+                passed: here
+                    .iter()
+                    .filter(|r| assess(rate, r, gate).verdict == Verdict::Pass)
+                    .count() as u32,
                 goodput_rps: of(&|r| Some(r.observed_goodput_rps)),
                 weakest_attainment: of(&|r| r.weakest_attainment()),
                 error_rate: of(&|r| r.error_rate),
@@ -130,31 +123,6 @@ fn spread_of(values: impl Iterator<Item = f64>) -> Option<Spread> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn level(concurrency: u32, rps: f64, ok: bool) -> SaturationLevel {
-        SaturationLevel {
-            concurrency,
-            dir: String::new(),
-            throughput_rps: rps,
-            output_tps: 0.0,
-            weakest_attainment: None,
-            p95_ttft_ms: None,
-            p95_tpot_ms: None,
-            slos_met: ok,
-        }
-    }
-
-    #[test]
-    fn knee_is_the_highest_level_meeting_slos() {
-        let levels = [
-            level(4, 3.0, true),
-            level(8, 5.5, true),
-            level(16, 7.0, false),
-            level(32, 7.2, false),
-        ];
-        assert_eq!(knee(&levels).map(|l| l.concurrency), Some(8));
-        assert!(knee(&levels[2..]).is_none());
-    }
 
     #[test]
     fn proposed_rates_span_the_fractions_and_round() {

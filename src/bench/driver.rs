@@ -1,0 +1,706 @@
+//! The benchmark driver: one pure, resumable function from the sweep plan and the points
+//! recorded so far to the next point to run, shared by both shells.
+//!
+//! `goodput bench` executes each step in-process; the operator executes it as a Job and
+//! records the finished point in the benchmark's status. Because the driver keeps no state
+//! of its own (every decision is replayed from the records), a shell that stops after any
+//! point and starts again from what it recorded runs exactly the points that were left, in
+//! the same order, and reaches the same capacity.
+//!
+//! Per cache mode, in the order the spec lists them:
+//! 1. the saturation levels (closed loop), when asked for or when no rates are given; their
+//!    knee proposes the rate sweep's range;
+//! 2. the open-loop rates, every repeat of each;
+//! 3. one more rate at a time (at most [`sweep::MAX_EXTENSIONS`]) while the sweep does not
+//!    bracket the capacity (a failing rate above a passing one).
+
+use super::sweep;
+use crate::analysis::{GateConfig, PointReport};
+use crate::api::{CacheModeName, CapacityBenchmarkSpec, PeakForecast};
+use crate::planning::{
+    CapacitySelection, PlanError, PlanInput, ReplicaPlan, SweepPoint, plan_replicas,
+    select_capacity,
+};
+use crate::workload::hashing::mix64;
+
+/// What the driver needs from a benchmark spec: the experiments, in resolved form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepPlan {
+    /// Cache modes, each swept on its own, in this order.
+    pub cache_modes: Vec<CacheModeName>,
+    /// The closed-loop levels, if a saturation sweep runs.
+    pub saturation: Option<SaturationPlan>,
+    /// Where the open-loop rates come from.
+    pub rates: RateSource,
+    /// Whether the open-loop sweep runs at all (a spec with only `saturation` stops at the
+    /// knee).
+    pub run_rates: bool,
+    /// Runs of every rate.
+    pub repeats: u32,
+    /// The manifest's schedule seed; repeats derive theirs from it.
+    pub seed: u64,
+}
+
+/// The closed-loop experiment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SaturationPlan {
+    /// Requests in flight, per level, in the order run.
+    pub concurrency: Vec<u32>,
+    /// Measured seconds per level (model time; the warmup comes on top).
+    pub duration_s: f64,
+}
+
+/// Where the open-loop rates come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RateSource {
+    /// Given in the spec.
+    Fixed(Vec<f64>),
+    /// `points` rates from `low` to `high` × the knee's throughput.
+    Knee {
+        /// Lowest rate as a fraction of the knee's throughput.
+        low: f64,
+        /// Highest rate as a fraction of the knee's throughput.
+        high: f64,
+        /// Rates in the derived sweep.
+        points: u32,
+    },
+}
+
+impl SweepPlan {
+    /// The plan of a spec: a saturation sweep when asked for or when no rates are given,
+    /// the rate sweep unless only a saturation sweep was asked for.
+    pub fn from_spec(spec: &CapacityBenchmarkSpec, seed: u64) -> SweepPlan {
+        let ex = &spec.experiments;
+        let fixed = ex.rate_sweep.as_ref().filter(|r| !r.rates.is_empty());
+        let saturation = match (&ex.saturation, fixed) {
+            (Some(s), _) => Some(s.clone()),
+            (None, None) => Some(Default::default()),
+            (None, Some(_)) => None,
+        };
+        let range = ex.rate_sweep.clone().unwrap_or_default();
+        SweepPlan {
+            cache_modes: ex.cache_modes.clone(),
+            saturation: saturation.map(|s| SaturationPlan {
+                concurrency: s.concurrency,
+                duration_s: s.duration_seconds,
+            }),
+            rates: match fixed {
+                Some(r) => RateSource::Fixed(r.rates.clone()),
+                None => RateSource::Knee {
+                    low: range.low_fraction,
+                    high: range.high_fraction,
+                    points: range.points,
+                },
+            },
+            run_rates: ex.rate_sweep.is_some() || ex.saturation.is_none(),
+            repeats: spec.repeats.max(1),
+            seed,
+        }
+    }
+}
+
+/// One test point: which experiment, in which cache mode, at which load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PointKey {
+    /// A closed-loop level.
+    Saturation {
+        /// Cache mode.
+        cache: CacheModeName,
+        /// Requests in flight.
+        concurrency: u32,
+    },
+    /// An open-loop rate, one repeat.
+    Rate {
+        /// Cache mode.
+        cache: CacheModeName,
+        /// Offered arrival rate (requests per second, real time).
+        rate: f64,
+        /// Repeat index (0-based).
+        repeat: u32,
+    },
+}
+
+impl PointKey {
+    /// The point's cache mode.
+    pub fn cache(&self) -> CacheModeName {
+        match self {
+            PointKey::Saturation { cache, .. } | PointKey::Rate { cache, .. } => *cache,
+        }
+    }
+
+    /// The schedule seed: the manifest's for repeat 0 and for saturation levels, a derived
+    /// one for each further repeat.
+    pub fn seed(&self, base: u64) -> u64 {
+        match self {
+            PointKey::Rate { repeat, .. } if *repeat > 0 => mix64(base ^ u64::from(*repeat)),
+            _ => base,
+        }
+    }
+
+    /// Whether two keys name the same point. Rates compare with a relative tolerance, so a
+    /// rate that went through JSON (the operator's status) still finds its point.
+    pub fn same(&self, other: &PointKey) -> bool {
+        match (self, other) {
+            (
+                PointKey::Saturation {
+                    cache: a,
+                    concurrency: c,
+                },
+                PointKey::Saturation {
+                    cache: b,
+                    concurrency: d,
+                },
+            ) => a == b && c == d,
+            (
+                PointKey::Rate {
+                    cache: a,
+                    rate: r,
+                    repeat: i,
+                },
+                PointKey::Rate {
+                    cache: b,
+                    rate: s,
+                    repeat: j,
+                },
+            ) => a == b && i == j && same_rate(*r, *s),
+            _ => false,
+        }
+    }
+
+    /// A short label: `cold saturation c=16`, `warm rate 18 r2`.
+    pub fn label(&self) -> String {
+        match self {
+            PointKey::Saturation { cache, concurrency } => {
+                format!("{} saturation c={concurrency}", cache.as_str())
+            }
+            PointKey::Rate {
+                cache,
+                rate,
+                repeat,
+            } => {
+                let repeat = if *repeat > 0 {
+                    format!(" r{}", repeat + 1)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} rate {}{repeat}",
+                    cache.as_str(),
+                    super::rate_label(*rate)
+                )
+            }
+        }
+    }
+}
+
+fn same_rate(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// What the driver needs to know about a finished point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Outcome {
+    /// A closed-loop level.
+    Saturation {
+        /// Completed requests per second.
+        throughput_rps: f64,
+        /// Whether every class met its TTFT and TPOT cutoffs at the required attainment
+        /// ([`slos_met`]).
+        slos_met: bool,
+    },
+    /// An open-loop point.
+    Rate {
+        /// Whether the point is evidence and passed the gate ([`rate_passed`]).
+        passed: bool,
+    },
+}
+
+/// A finished point as the driver sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recorded {
+    /// Which point.
+    pub key: PointKey,
+    /// What it showed.
+    pub outcome: Outcome,
+}
+
+/// Whether a closed-loop level met every class's SLOs (the knee's test). Not a gate: a
+/// closed loop self-throttles, so a level is a candidate, never a capacity.
+pub fn slos_met(report: &PointReport, attainment_min: f64) -> bool {
+    !report.classes.is_empty()
+        && report
+            .classes
+            .values()
+            .all(|c| c.attainment.is_some_and(|a| a >= attainment_min))
+}
+
+/// Whether an open-loop point counts as passing: it is evidence (the client kept to its
+/// schedule) and the planning core's assessment passed it.
+pub fn rate_passed(valid: bool, assessment: &crate::planning::PointAssessment) -> bool {
+    valid && assessment.verdict == crate::analysis::Verdict::Pass
+}
+
+/// What to do next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Step {
+    /// Run this point and record it.
+    Run(PointKey),
+    /// Every point has run.
+    Done,
+}
+
+/// The next point to run, or [`Step::Done`]. Records may come in any order and may hold
+/// points the plan no longer asks for (they are ignored).
+pub fn next_step(plan: &SweepPlan, recorded: &[Recorded]) -> Step {
+    plan.cache_modes
+        .iter()
+        .find_map(|&cache| decide_mode(plan, cache, recorded).pending)
+        .map_or(Step::Done, Step::Run)
+}
+
+/// What the records decide about one cache mode so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeDecision {
+    /// The knee's concurrency, once every saturation level has run (`None` when none met
+    /// the SLOs or no saturation sweep runs).
+    pub knee: Option<u32>,
+    /// Rates the knee proposed (empty with fixed rates or before the saturation finished).
+    pub proposed_rates: Vec<f64>,
+    /// The open-loop rates run or to run, extensions included, in the order run.
+    pub rates: Vec<f64>,
+    /// The first point still to run; `None` when the mode is finished.
+    pub pending: Option<PointKey>,
+    /// What a reviewer should know about how the sweep went.
+    pub warnings: Vec<String>,
+}
+
+/// Replays one cache mode's decisions from the records.
+pub fn decide_mode(plan: &SweepPlan, cache: CacheModeName, recorded: &[Recorded]) -> ModeDecision {
+    let mut decision = ModeDecision {
+        knee: None,
+        proposed_rates: Vec::new(),
+        rates: Vec::new(),
+        pending: None,
+        warnings: Vec::new(),
+    };
+    let find = |key: PointKey| {
+        recorded
+            .iter()
+            .find(|r| r.key.same(&key))
+            .map(|r| r.outcome)
+    };
+    let mode = cache.as_str();
+
+    if let Some(sat) = &plan.saturation {
+        let mut levels = Vec::new();
+        for &concurrency in &sat.concurrency {
+            let key = PointKey::Saturation { cache, concurrency };
+            match find(key) {
+                Some(Outcome::Saturation {
+                    throughput_rps,
+                    slos_met,
+                }) => levels.push((concurrency, throughput_rps, slos_met)),
+                _ => {
+                    decision.pending = Some(key);
+                    return decision;
+                }
+            }
+        }
+        let knee = levels
+            .iter()
+            .filter(|l| l.2 && l.1 > 0.0)
+            .max_by_key(|l| l.0)
+            .copied();
+        decision.knee = knee.map(|k| k.0);
+        if let RateSource::Knee { low, high, points } = plan.rates {
+            decision.proposed_rates = match knee {
+                Some(k) => sweep::proposed_rates(k.1, low, high, points),
+                None => {
+                    // Even the lowest level missed the SLOs: sweep below its throughput.
+                    let lowest = levels.first().map_or(1.0, |l| l.1.max(0.01));
+                    decision.warnings.push(format!(
+                        "{mode}: no saturation level met every class's SLOs; sweeping below \
+                         the lowest level's throughput ({lowest:.2} RPS)"
+                    ));
+                    sweep::proposed_rates(lowest, 0.25, 1.0, points)
+                }
+            };
+        }
+        if knee.is_some() && knee.map(|k| k.0) == levels.last().map(|l| l.0) {
+            decision.warnings.push(format!(
+                "{mode}: every saturation level met the SLOs; the knee may lie above the \
+                 highest concurrency tried"
+            ));
+        }
+    }
+    if !plan.run_rates {
+        return decision;
+    }
+
+    decision.rates = match &plan.rates {
+        RateSource::Fixed(rates) => rates.clone(),
+        RateSource::Knee { .. } => decision.proposed_rates.clone(),
+    };
+    let mut extensions = 0;
+    loop {
+        let mut passed = Vec::with_capacity(decision.rates.len());
+        for &rate in &decision.rates {
+            let mut all = true;
+            for repeat in 0..plan.repeats {
+                let key = PointKey::Rate {
+                    cache,
+                    rate,
+                    repeat,
+                };
+                match find(key) {
+                    Some(Outcome::Rate { passed }) => all &= passed,
+                    _ => {
+                        decision.pending = Some(key);
+                        return decision;
+                    }
+                }
+            }
+            passed.push((rate, all));
+        }
+        match sweep::extension(&passed) {
+            Some(next)
+                if extensions < sweep::MAX_EXTENSIONS
+                    && !decision.rates.iter().any(|&r| same_rate(r, next)) =>
+            {
+                extensions += 1;
+                decision.rates.push(next);
+            }
+            Some(_) => {
+                decision.warnings.push(format!(
+                    "{mode}: the sweep does not bracket the capacity after {extensions} \
+                     extension(s); widen experiments.rateSweep"
+                ));
+                return decision;
+            }
+            None => return decision,
+        }
+    }
+}
+
+/// What one cache mode's evidence concludes: the planning core's selection, capacity,
+/// capacity per replica and, with a peak, the replica plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeConclusion {
+    /// Verdicts per point and the capacity chosen.
+    pub selection: CapacitySelection,
+    /// Highest offered rate passing in every repeat; `None` when no rate passes.
+    pub capacity_rps: Option<f64>,
+    /// Capacity divided by the replicas under test.
+    pub capacity_per_replica_rps: Option<f64>,
+    /// Replicas for the peak at this capacity.
+    pub plan: Option<ReplicaPlan>,
+}
+
+/// The deployment the points ran against, as the plan needs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TestedDeployment {
+    /// Replicas serving during the benchmark.
+    pub replicas: u32,
+    /// GPUs per replica.
+    pub gpus_per_replica: u32,
+}
+
+/// Concludes one cache mode from its open-loop points `(offered rate, valid, report)`:
+/// points that are not evidence are left out, the planning core selects the capacity, and
+/// a peak forecast gets its replica plan (with `default_utilization` unless the peak sets
+/// its own).
+pub fn conclude_mode(
+    points: &[(f64, bool, &PointReport)],
+    gate: &GateConfig,
+    tested: TestedDeployment,
+    peak: Option<&PeakForecast>,
+    default_utilization: f64,
+) -> Result<ModeConclusion, PlanError> {
+    let evidence: Vec<SweepPoint> = points
+        .iter()
+        .filter(|p| p.1)
+        .map(|p| SweepPoint {
+            offered_rps: p.0,
+            report: p.2.clone(),
+        })
+        .collect();
+    let selection = select_capacity(&evidence, gate);
+    let capacity_rps = selection.capacity_rps;
+    let plan = match (peak, capacity_rps) {
+        (Some(peak), Some(capacity)) => Some(plan_replicas(PlanInput {
+            peak_rps: peak.rps,
+            capacity_rps: capacity,
+            replicas_tested: tested.replicas,
+            gpus_per_replica: tested.gpus_per_replica,
+            target_utilization: peak.target_utilization.unwrap_or(default_utilization),
+        })?),
+        _ => None,
+    };
+    Ok(ModeConclusion {
+        selection,
+        capacity_rps,
+        capacity_per_replica_rps: capacity_rps.map(|c| c / f64::from(tested.replicas.max(1))),
+        plan,
+    })
+}
+
+/// The cache mode a replica plan uses: the peak's choice, else the lowest capacity among
+/// the modes that found one (the conservative plan).
+pub fn plan_cache_mode(
+    peak: Option<&PeakForecast>,
+    capacities: &[(CacheModeName, Option<f64>)],
+) -> Option<CacheModeName> {
+    peak.and_then(|p| p.cache_mode).or_else(|| {
+        capacities
+            .iter()
+            .filter_map(|(mode, c)| c.map(|c| (*mode, c)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(mode, _)| mode)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A target whose capacity is `capacity` RPS: a rate passes at or below it, and a
+    /// closed loop at concurrency `c` completes `min(c × per_slot, ceiling)` RPS with its
+    /// SLOs met while below `ceiling`.
+    #[derive(Clone, Copy, Debug)]
+    struct Oracle {
+        capacity: f64,
+        per_slot: f64,
+        ceiling: f64,
+    }
+
+    impl Oracle {
+        fn outcome(&self, key: PointKey) -> Outcome {
+            match key {
+                PointKey::Saturation { concurrency, .. } => {
+                    let offered = f64::from(concurrency) * self.per_slot;
+                    Outcome::Saturation {
+                        throughput_rps: offered.min(self.ceiling),
+                        slos_met: offered < self.ceiling,
+                    }
+                }
+                PointKey::Rate { rate, .. } => Outcome::Rate {
+                    passed: rate <= self.capacity,
+                },
+            }
+        }
+    }
+
+    /// Runs the driver to the end from `recorded`, returning every point it ran.
+    fn run(plan: &SweepPlan, oracle: Oracle, mut recorded: Vec<Recorded>) -> Vec<Recorded> {
+        let mut ran = Vec::new();
+        for _ in 0..1000 {
+            match next_step(plan, &recorded) {
+                Step::Run(key) => {
+                    let r = Recorded {
+                        key,
+                        outcome: oracle.outcome(key),
+                    };
+                    recorded.push(r);
+                    ran.push(r);
+                }
+                Step::Done => return ran,
+            }
+        }
+        panic!("the driver did not finish in 1000 steps");
+    }
+
+    fn plan(rates: RateSource, repeats: u32, modes: Vec<CacheModeName>) -> SweepPlan {
+        SweepPlan {
+            cache_modes: modes,
+            saturation: Some(SaturationPlan {
+                concurrency: vec![4, 8, 16, 32],
+                duration_s: 60.0,
+            }),
+            rates,
+            run_rates: true,
+            repeats,
+            seed: 7,
+        }
+    }
+
+    fn knee_plan() -> SweepPlan {
+        plan(
+            RateSource::Knee {
+                low: 0.6,
+                high: 1.2,
+                points: 5,
+            },
+            1,
+            vec![CacheModeName::Cold],
+        )
+    }
+
+    #[test]
+    fn saturation_then_rates_around_the_knee_then_an_extension() {
+        // Knee at c=16 (12 RPS); proposed 7.2..14.4; capacity 20 RPS lies above the
+        // sweep, so the driver extends it upwards until a rate fails.
+        let oracle = Oracle {
+            capacity: 20.0,
+            per_slot: 0.75,
+            ceiling: 15.0,
+        };
+        let ran = run(&knee_plan(), oracle, Vec::new());
+        let labels: Vec<String> = ran.iter().map(|r| r.key.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "cold saturation c=4",
+                "cold saturation c=8",
+                "cold saturation c=16",
+                "cold saturation c=32",
+                "cold rate 7.2",
+                "cold rate 9",
+                "cold rate 10.8",
+                "cold rate 12.6",
+                "cold rate 14.4",
+                "cold rate 16.2",
+                "cold rate 18",
+                "cold rate 19.8",
+            ]
+        );
+        let d = decide_mode(&knee_plan(), CacheModeName::Cold, &ran);
+        assert_eq!(d.knee, Some(16));
+        assert_eq!(d.pending, None);
+        assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+        assert!(d.warnings[0].contains("does not bracket"));
+    }
+
+    #[test]
+    fn a_bracketed_sweep_needs_no_extension_and_repeats_every_rate() {
+        let plan = plan(
+            RateSource::Fixed(vec![5.0, 10.0, 15.0]),
+            2,
+            vec![CacheModeName::Cold, CacheModeName::Warm],
+        );
+        let oracle = Oracle {
+            capacity: 11.0,
+            per_slot: 1.0,
+            ceiling: 100.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        // Per mode: 4 levels, 3 rates × 2 repeats.
+        assert_eq!(ran.len(), 2 * (4 + 6));
+        assert!(
+            ran[..10]
+                .iter()
+                .all(|r| r.key.cache() == CacheModeName::Cold)
+        );
+        assert_eq!(ran[5].key.label(), "cold rate 5 r2");
+        assert_eq!(
+            ran[5].key.seed(plan.seed),
+            mix64(plan.seed ^ 1),
+            "a repeat derives its seed"
+        );
+        assert_eq!(ran[4].key.seed(plan.seed), plan.seed);
+    }
+
+    #[test]
+    fn every_rate_failing_extends_downwards() {
+        let plan = plan(
+            RateSource::Fixed(vec![8.0, 10.0]),
+            1,
+            vec![CacheModeName::Cold],
+        );
+        let oracle = Oracle {
+            capacity: 3.0,
+            per_slot: 1.0,
+            ceiling: 100.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        let rates: Vec<f64> = ran
+            .iter()
+            .filter_map(|r| match r.key {
+                PointKey::Rate { rate, .. } => Some(rate),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rates, [8.0, 10.0, 4.0, 2.0]);
+    }
+
+    #[test]
+    fn saturation_only_stops_at_the_knee() {
+        let mut plan = knee_plan();
+        plan.run_rates = false;
+        let oracle = Oracle {
+            capacity: 1.0,
+            per_slot: 1.0,
+            ceiling: 10.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        assert_eq!(ran.len(), 4);
+        let d = decide_mode(&plan, CacheModeName::Cold, &ran);
+        assert_eq!(d.knee, Some(8));
+        assert!(d.rates.is_empty());
+    }
+
+    #[test]
+    fn a_rate_that_went_through_json_still_finds_its_point() {
+        let key = PointKey::Rate {
+            cache: CacheModeName::Cold,
+            rate: 0.1 + 0.2,
+            repeat: 0,
+        };
+        let through_json: f64 =
+            serde_json::from_str(&serde_json::to_string(&(0.1 + 0.2)).unwrap()).expect("a float");
+        let other = PointKey::Rate {
+            cache: CacheModeName::Cold,
+            rate: through_json * (1.0 + 1e-12),
+            repeat: 0,
+        };
+        assert!(key.same(&other));
+        assert!(!key.same(&PointKey::Rate {
+            cache: CacheModeName::Warm,
+            rate: 0.3,
+            repeat: 0
+        }));
+    }
+
+    proptest! {
+        /// Interrupted after any number of points and resumed from the records (in any
+        /// order), the driver runs exactly the points that were left, in the same order,
+        /// and decides the same knee, rates and warnings.
+        #[test]
+        fn resuming_from_any_point_runs_the_rest_and_decides_the_same(
+            capacity in 0.5f64..60.0,
+            per_slot in 0.1f64..3.0,
+            ceiling in 1.0f64..80.0,
+            repeats in 1u32..3,
+            warm in any::<bool>(),
+            cut in 0usize..40,
+            shuffle_seed in any::<u64>(),
+        ) {
+            let modes = if warm {
+                vec![CacheModeName::Cold, CacheModeName::Warm]
+            } else {
+                vec![CacheModeName::Cold]
+            };
+            let plan = plan(RateSource::Knee { low: 0.6, high: 1.2, points: 5 }, repeats, modes);
+            let oracle = Oracle { capacity, per_slot, ceiling };
+            let full = run(&plan, oracle, Vec::new());
+            let cut = cut.min(full.len());
+            let mut kept = full[..cut].to_vec();
+            // Status lists may come back in another order.
+            let mut state = shuffle_seed;
+            for i in (1..kept.len()).rev() {
+                state = mix64(state);
+                kept.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            let rest = run(&plan, oracle, kept);
+            prop_assert_eq!(&rest[..], &full[cut..]);
+            for &cache in &plan.cache_modes {
+                let mut resumed = full[..cut].to_vec();
+                resumed.extend_from_slice(&rest);
+                prop_assert_eq!(
+                    decide_mode(&plan, cache, &resumed),
+                    decide_mode(&plan, cache, &full)
+                );
+            }
+        }
+    }
+}
