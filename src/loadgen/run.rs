@@ -203,12 +203,7 @@ impl ClientFacts {
             .iter()
             .map(RequestRecord::schedule_lag_ms)
             .collect();
-        let lag = nearest_rank_many(&mut lags, &[0.5, 0.99, 1.0]);
-        self.schedule_lag_ms = LagFigures {
-            p50: lag[0].unwrap_or(0.0),
-            p99: lag[1].unwrap_or(0.0),
-            max: lag[2].unwrap_or(0.0),
-        };
+        self.schedule_lag_ms = LagFigures::of(&mut lags);
         self.tokens_mismatches = measured
             .iter()
             .filter(|r| {
@@ -230,6 +225,18 @@ pub struct LagFigures {
     pub p99: f64,
     /// Largest.
     pub max: f64,
+}
+
+impl LagFigures {
+    /// The figures of these lags (ms; reordered in place); all 0 without any.
+    pub fn of(lags_ms: &mut [f64]) -> Self {
+        let lag = nearest_rank_many(lags_ms, &[0.5, 0.99, 1.0]);
+        LagFigures {
+            p50: lag[0].unwrap_or(0.0),
+            p99: lag[1].unwrap_or(0.0),
+            max: lag[2].unwrap_or(0.0),
+        }
+    }
 }
 
 /// A finished point: every record (warmup flagged out) and the client's facts.
