@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
-use goodput::analysis::{GateConfig, PointSummary, QueueTrend, read_requests_csv};
+use goodput::analysis::{QueueTrend, analyze_requests_csv};
 use goodput::planning::{
     CapacitySelection, PlanInput, ReplicaPlan, SweepFile, SweepPoint, plan_replicas,
     select_capacity,
@@ -168,12 +168,12 @@ fn manifest_or_seed(path: Option<&Path>) -> Result<WorkloadManifest> {
 
 fn analyze(args: AnalyzeArgs) -> Result<ExitCode> {
     let manifest = manifest_or_seed(args.manifest.as_deref())?;
-    let config: GateConfig = manifest.gate_config();
-    let mut summary = PointSummary::new(config);
-    for path in &args.csv {
-        read_requests_csv(path, &mut summary)?;
-    }
-    let report = summary.finish(args.duration_s, args.queue_trend.into())?;
+    let report = analyze_requests_csv(
+        manifest.gate_config(),
+        &args.csv,
+        args.duration_s,
+        args.queue_trend.into(),
+    )?;
     let json = serde_json::to_string_pretty(&report)?;
     match &args.out {
         Some(out) => std::fs::write(out, json + "\n")

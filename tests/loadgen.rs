@@ -99,6 +99,7 @@ fn plan(
         scrape_interval: Duration::from_millis(100),
         max_lag_ms: 10.0,
         record_itl: true,
+        start_at_unix_s: None,
     }
 }
 

@@ -8,7 +8,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::summary::{PointSummary, Success};
+use super::gate::{GateConfig, QueueTrend};
+use super::report::PointReport;
+use super::summary::{AnalysisError, PointSummary, Success};
 
 /// Columns every `requests.csv` must have.
 pub const REQUIRED_COLUMNS: [&str; 7] = [
@@ -125,6 +127,58 @@ impl Columns {
             names,
         })
     }
+}
+
+/// Why `requests.csv` rows could not be analysed into a point report.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    /// A file could not be read or a row could not be used.
+    #[error(transparent)]
+    Csv(#[from] CsvError),
+    /// The analysis core refused the window.
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+}
+
+/// The report of one test point from the `requests.csv` rows of `inputs` (one per shard of
+/// the point, each request in exactly one; each named by a path for errors), judged by
+/// `config` over a window of `duration_s` seconds with the given queue trend.
+///
+/// The one definition of "rows → report": `goodput analyze a.csv b.csv` calls it (through
+/// [`analyze_requests_csv`]), and so does the merge of a point's shard results, so the CSV
+/// analyzer and the cluster pipeline give identical reports on the same rows.
+pub fn analyze_requests<'a, R: Read>(
+    config: GateConfig,
+    inputs: impl IntoIterator<Item = (&'a Path, R)>,
+    duration_s: f64,
+    queue_trend: QueueTrend,
+) -> Result<PointReport, AnalyzeError> {
+    let mut summary = PointSummary::new(config);
+    for (path, input) in inputs {
+        read_requests(input, path, &mut summary)?;
+    }
+    Ok(summary.finish(duration_s, queue_trend)?)
+}
+
+/// [`analyze_requests`] over files.
+pub fn analyze_requests_csv(
+    config: GateConfig,
+    paths: &[PathBuf],
+    duration_s: f64,
+    queue_trend: QueueTrend,
+) -> Result<PointReport, AnalyzeError> {
+    let files = paths
+        .iter()
+        .map(|path| {
+            std::fs::File::open(path)
+                .map(|f| (path.as_path(), f))
+                .map_err(|source| CsvError::Io {
+                    path: path.clone(),
+                    source,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    analyze_requests(config, files, duration_s, queue_trend)
 }
 
 /// Opens `path` and adds its rows to `summary`.

@@ -492,34 +492,10 @@ impl Runner<'_> {
             max_lag_ms: ex.max_lag_ms * k,
             ..PointPlan::for_manifest(m, schedule, self.target.metrics_targets.clone())
         };
-        let scaled = LoadConfig {
-            mode: match mode {
-                LoadMode::Rate { rate } => LoadMode::Rate { rate: rate * k },
-                LoadMode::Concurrency {
-                    concurrency,
-                    duration_s,
-                } => LoadMode::Concurrency {
-                    concurrency,
-                    duration_s: duration_s / k,
-                },
-            },
-            warmup_s: real.warmup_s / k,
-            timeouts: crate::loadgen::Timeouts {
-                request: real.timeouts.request.div_f64(k),
-                stall: real.timeouts.stall.div_f64(k),
-                connect: real.timeouts.connect,
-            },
-            ..real.clone()
-        };
-        let scaled_plan = PointPlan {
-            min_duration_s: real_plan.min_duration_s / k,
-            scrape_interval: real_plan
-                .scrape_interval
-                .div_f64(k)
-                .max(Duration::from_millis(10)),
-            max_lag_ms: ex.max_lag_ms,
-            ..real_plan.clone()
-        };
+        // One definition of time scaling (the load generator's): the run uses the scaled
+        // forms, and the measured point is rescaled to real time below.
+        let scaled = real.time_scaled(k);
+        let scaled_plan = real_plan.time_scaled(k);
         let mut measured: MeasuredPoint = measure_point(
             self.client.clone(),
             &scaled,

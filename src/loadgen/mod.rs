@@ -6,6 +6,7 @@
 //! that falls behind shows it instead of hiding it (no coordinated omission).
 
 pub mod client;
+pub mod handoff;
 pub mod point;
 pub mod prompt;
 pub mod record;

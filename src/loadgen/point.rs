@@ -3,22 +3,23 @@
 //! `requests.csv`, `summary.json`, `engine-metrics.json`.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::prompt::{CacheMode, PromptMethod};
 use super::record::write_requests_csv;
-use super::run::{ClientFacts, LoadConfig, LoadMode, PointRun, prewarm, run_point};
+use super::run::{ClientFacts, LoadConfig, LoadMode, PointRun, prewarm, run_point, run_point_from};
 use crate::analysis::{
-    GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law, queue_slope,
+    AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
+    queue_slope,
 };
 use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop;
 use crate::engine_metrics::series::MetricsSeries;
 use crate::workload::schedule::{
-    ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
+    Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
 };
 
 /// How a point is measured and judged, besides the load itself.
@@ -40,10 +41,19 @@ pub struct PointPlan {
     pub metrics_targets: Vec<String>,
     /// Scrape interval.
     pub scrape_interval: Duration,
-    /// A measured point whose schedule-lag P99 exceeds this (ms) is invalid.
+    /// A measured point whose schedule-lag P99 exceeds this (ms) is invalid; so is one
+    /// that started more than this after `start_at_unix_s`. In the plan's own time units:
+    /// against an engine `k` times faster than real time, a bound of B ms of wall clock is
+    /// B × `k` ms of the real-time plan (see [`PointPlan::time_scaled`]).
     pub max_lag_ms: f64,
     /// Write every inter-token gap in `requests.csv` (`itl_ms`).
     pub record_itl: bool,
+    /// The wall-clock instant (Unix seconds) of the schedule's time zero, shared by the
+    /// shards of one point so that they run on one timeline; `None` starts as soon as the
+    /// point is ready. Prewarm (warm cache) happens before it; the schedule's warmup is part
+    /// of the timeline after it. An instant already past starts the run at once, and the
+    /// lateness is recorded ([`ClientFacts::start_lateness_ms`]).
+    pub start_at_unix_s: Option<f64>,
 }
 
 impl PointPlan {
@@ -65,6 +75,34 @@ impl PointPlan {
             scrape_interval: Duration::from_secs(1),
             max_lag_ms: 10.0,
             record_itl: false,
+            start_at_unix_s: None,
+        }
+    }
+
+    /// This plan for an engine that runs `k` times faster than real time: the minimum
+    /// window, the scrape interval (at least 10 ms), the lag bound and a trace's arrival
+    /// times ÷ `k`; counts, shard and start instant unchanged. `k = 1` gives the plan
+    /// unchanged. See [`LoadConfig::time_scaled`] for the configuration's half and
+    /// [`measure_time_scaled`] for the whole.
+    pub fn time_scaled(&self, k: f64) -> PointPlan {
+        if k == 1.0 {
+            return self.clone();
+        }
+        let mut schedule = self.schedule.clone();
+        if let Arrival::Trace(entries) = &mut schedule.arrival {
+            for e in entries {
+                e.at_s /= k;
+            }
+        }
+        PointPlan {
+            schedule,
+            min_duration_s: self.min_duration_s / k,
+            scrape_interval: self
+                .scrape_interval
+                .div_f64(k)
+                .max(Duration::from_millis(10)),
+            max_lag_ms: self.max_lag_ms / k,
+            ..self.clone()
         }
     }
 }
@@ -100,7 +138,7 @@ pub fn point_schedule(
 }
 
 /// Is this point evidence for a capacity decision?
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Validity {
     /// True when nothing below applies.
     pub valid: bool,
@@ -109,11 +147,11 @@ pub struct Validity {
 }
 
 /// `summary.json`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PointSummaryFile {
     /// `rate_sweep_point` (open loop) or `saturation_experiment` (closed loop: never a
     /// capacity).
-    pub experiment: &'static str,
+    pub experiment: String,
     /// Open or closed loop and its parameters.
     pub mode: LoadMode,
     /// Offered rate (open loop).
@@ -145,7 +183,7 @@ pub struct PointSummaryFile {
 }
 
 /// Schedule facts recorded with the point.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleFacts {
     /// Recorded seed.
     pub seed: u64,
@@ -165,7 +203,7 @@ pub struct ScheduleFacts {
 }
 
 /// Engine scraping facts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EngineFacts {
     /// Targets scraped.
     pub targets: Vec<String>,
@@ -205,8 +243,30 @@ pub async fn run_and_write(
     Ok(summary)
 }
 
+/// Runs the point against an engine `k` times faster than real time and converts it back:
+/// `config` and `plan` are in real-time units; the run uses their
+/// [`time_scaled`](PointPlan::time_scaled) forms and the measured point is
+/// [`rescale`](MeasuredPoint::rescale)d by `k`, so records, client facts and engine series
+/// come back in real-time units. Summarise it with the real-time `config` and `plan`.
+/// `k = 1` is a plain [`measure_point`].
+pub async fn measure_time_scaled(
+    client: reqwest::Client,
+    config: &LoadConfig,
+    plan: &PointPlan,
+    k: f64,
+    stop: watch::Receiver<bool>,
+) -> Result<MeasuredPoint, PointError> {
+    let mut measured =
+        measure_point(client, &config.time_scaled(k), &plan.time_scaled(k), stop).await?;
+    measured.rescale(k);
+    Ok(measured)
+}
+
 /// Runs the point: schedule (continued until the window and sample rules hold), prewarm,
-/// load with scraping, and continuation blocks for classes that failures left short.
+/// load with scraping from the schedule's time zero (`plan.start_at_unix_s`, else at once),
+/// and continuation blocks for classes that failures left short. A shard of several
+/// (`plan.shard.1 > 1`) never continues: its siblings could not follow it onto the same
+/// blocks, so a shortfall shows in the merged point's gate instead.
 pub async fn measure_point(
     client: reqwest::Client,
     config: &LoadConfig,
@@ -234,6 +294,7 @@ pub async fn measure_point(
         CacheMode::Cold => 0,
     };
 
+    let zero = TimeZero::new(plan.start_at_unix_s);
     let (scrape_stop_tx, scrape_stop_rx) = watch::channel(false);
     let scraper = (!plan.metrics_targets.is_empty()).then(|| {
         let mut rx = scrape_stop_rx.clone();
@@ -241,14 +302,24 @@ pub async fn measure_point(
             client.clone(),
             plan.metrics_targets.clone(),
             plan.scrape_interval,
-            tokio::time::Instant::now(),
+            tokio::time::Instant::from_std(zero.start),
             async move {
                 let _ = rx.wait_for(|s| *s).await;
             },
         ))
     });
-    let started_unix_s = unix_now_s();
-    let mut run = run_point(client.clone(), config.clone(), mine, stop.clone()).await;
+    zero.wait(stop.clone()).await;
+    let started_unix_s = zero.started_unix_s;
+    let mut run = run_point_from(
+        client.clone(),
+        config.clone(),
+        mine,
+        stop.clone(),
+        zero.start,
+    )
+    .await;
+    run.client.start_at_unix_s = plan.start_at_unix_s;
+    run.client.start_lateness_ms = zero.lateness_s * 1e3;
     // Failures can leave a class under the sample minimum although enough were scheduled:
     // continue the same schedule (next blocks) before the point is final.
     let mut blocks = blocks;
@@ -256,6 +327,7 @@ pub async fn measure_point(
     let mut next_index = whole.len() as u64;
     let mut last_at = whole.last().map_or(0.0, |r| r.at_s);
     while !closed
+        && plan.shard.1 <= 1
         && !run.client.incomplete
         && blocks < plan.max_blocks
         && short_classes(plan, &run).is_some()
@@ -312,6 +384,55 @@ fn unix_now_s() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The schedule's time zero on this machine's clocks.
+struct TimeZero {
+    /// The monotonic instant of time zero (in the future while waiting for a start instant).
+    start: Instant,
+    /// Wall clock (Unix seconds) at time zero.
+    started_unix_s: f64,
+    /// How far past the asked start instant time zero is (s of wall clock).
+    lateness_s: f64,
+}
+
+impl TimeZero {
+    /// Now, or the wall-clock `start_at` (Unix seconds) when it is still ahead; an instant
+    /// already past gives now, late by the difference.
+    fn new(start_at: Option<f64>) -> Self {
+        let now = Instant::now();
+        let now_unix = unix_now_s();
+        match start_at {
+            Some(at) if at > now_unix => TimeZero {
+                start: now + Duration::from_secs_f64(at - now_unix),
+                started_unix_s: at,
+                lateness_s: 0.0,
+            },
+            Some(at) => TimeZero {
+                start: now,
+                started_unix_s: now_unix,
+                lateness_s: now_unix - at,
+            },
+            None => TimeZero {
+                start: now,
+                started_unix_s: now_unix,
+                lateness_s: 0.0,
+            },
+        }
+    }
+
+    /// Sleeps until just before time zero (the pacer thread keeps the exact due times), or
+    /// until `stop`.
+    async fn wait(&self, mut stop: watch::Receiver<bool>) {
+        let wake = self
+            .start
+            .checked_sub(Duration::from_millis(2))
+            .unwrap_or(self.start);
+        tokio::select! {
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+}
+
 impl MeasuredPoint {
     /// Converts the run's clock to model time for an engine that ran `k` times faster than
     /// real time: every time and latency is multiplied by `k` (rates follow, since they
@@ -322,6 +443,7 @@ impl MeasuredPoint {
         }
         let c = &mut self.run.client;
         c.window_s *= k;
+        c.start_lateness_ms *= k;
         for p in &mut c.in_flight_series {
             p.0 *= k;
         }
@@ -427,6 +549,9 @@ pub enum PointError {
     /// The schedule could not be built.
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    /// The analysis core refused the point's figures.
+    #[error("analysing the point: {0}")]
+    Analysis(#[from] AnalysisError),
     /// A file could not be written.
     #[error("cannot write {0}: {1}")]
     Write(String, std::io::Error),
@@ -435,7 +560,7 @@ pub enum PointError {
 /// Queue trend over the measured window: the engine's waiting queue when scraped, else the
 /// client's in-flight count.
 fn queue_trend(
-    run: &PointRun,
+    in_flight: &[(f64, f64)],
     series: Option<&MetricsSeries>,
     from_s: f64,
     to_s: f64,
@@ -455,21 +580,165 @@ fn queue_trend(
         }
     }
     (
-        client_trend(run, from_s, to_s),
+        client_trend(in_flight, from_s, to_s),
         "client in-flight requests (no engine metrics)".into(),
     )
 }
 
 /// The queue-trend rule applied to the client's in-flight count over the window.
-fn client_trend(run: &PointRun, from_s: f64, to_s: f64) -> QueueTrend {
-    let f: Vec<(f64, f64)> = run
-        .client
-        .in_flight_series
+fn client_trend(in_flight: &[(f64, f64)], from_s: f64, to_s: f64) -> QueueTrend {
+    let f: Vec<(f64, f64)> = in_flight
         .iter()
         .copied()
         .filter(|p| p.0 >= from_s && p.0 <= to_s)
         .collect();
     queue_slope(&f, 5.0).trend
+}
+
+/// Everything a point's `summary.json` is assembled from besides its report: one run's
+/// facts ([`MeasuredPoint::summarize`]) or those of a point's shards merged
+/// ([`merge_shards`](super::handoff::merge_shards)). One assembly for both, so a merged
+/// point is judged by the same rules as a single run.
+pub(crate) struct PointFacts<'a> {
+    /// Open or closed loop, in real-time units.
+    pub mode: LoadMode,
+    /// Cache state.
+    pub cache: CacheMode,
+    /// How prompts were made.
+    pub prompt_method: PromptMethod,
+    /// Prefixes prewarmed.
+    pub prewarmed: usize,
+    /// Schedule facts.
+    pub schedule: ScheduleFacts,
+    /// Client facts over the measured requests.
+    pub client: ClientFacts,
+    /// Engine series on the point's timeline.
+    pub series: Option<&'a MetricsSeries>,
+    /// `/metrics` targets asked for.
+    pub metrics_targets: Vec<String>,
+    /// The lag bound (ms).
+    pub max_lag_ms: f64,
+    /// First and last scheduled send of the measured requests (s), if any.
+    pub span: Option<(f64, f64)>,
+    /// Successful measured requests and the sum of their end-to-end latencies (ms).
+    pub ok: (usize, f64),
+    /// Reasons found before assembly (a merge's shards), after the assembly's own.
+    pub reasons: Vec<String>,
+}
+
+impl PointFacts<'_> {
+    /// The window (s) the report's rates are taken over.
+    pub(crate) fn window_s(&self) -> f64 {
+        self.client.window_s.max(1e-3)
+    }
+
+    /// Queue trend over the measured span and where it came from.
+    pub(crate) fn queue_trend(&self) -> (QueueTrend, String) {
+        let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
+        queue_trend(&self.client.in_flight_series, self.series, from, to)
+    }
+
+    /// `summary.json` of the point whose analysis core report is `report` (computed over
+    /// [`Self::window_s`] with the trend of [`Self::queue_trend`]).
+    pub(crate) fn assemble(self, report: PointReport, source: String) -> PointSummaryFile {
+        let trend = report.queue_trend;
+        let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
+        let window = self.window_s();
+        let client = &self.client;
+        let closed = matches!(self.mode, LoadMode::Concurrency { .. });
+        let mut reasons = Vec::new();
+        if closed {
+            reasons.push("closed loop: a saturation experiment, never a capacity".to_owned());
+        }
+        if !closed && client.schedule_lag_ms.p99 > self.max_lag_ms {
+            reasons.push(format!(
+                "the client fell behind its schedule: lag P99 {:.2} ms > {} ms (max {:.2} ms)",
+                client.schedule_lag_ms.p99, self.max_lag_ms, client.schedule_lag_ms.max
+            ));
+        }
+        if client.start_lateness_ms > self.max_lag_ms {
+            reasons.push(format!(
+                "the run started {:.2} ms after its start instant (bound {} ms): it is off the \
+                 point's shared timeline",
+                client.start_lateness_ms, self.max_lag_ms
+            ));
+        }
+        if client.incomplete {
+            reasons.push("the run was stopped before its schedule ended".to_owned());
+        }
+        if client.measured == 0 {
+            reasons.push("no request was measured".to_owned());
+        }
+        for r in self.reasons {
+            if !reasons.contains(&r) {
+                reasons.push(r);
+            }
+        }
+        let series = self.series;
+        let mut engine_findings =
+            series.map(|s| findings(s, window, self.cache == CacheMode::Warm));
+        // Cross-check: the client's in-flight count should tell the same story as the
+        // engine's waiting queue; when it does not, the boundaries disagree (lost telemetry,
+        // retries).
+        if let Some(f) = engine_findings.as_mut()
+            && source.starts_with("engine")
+        {
+            let client_says = client_trend(&client.in_flight_series, from, to);
+            if client_says != trend {
+                f.flags.push(format!(
+                    "queue trend {trend} from the engine's waiting queue, but {client_says} from \
+                     the client's in-flight count: client and engine boundaries disagree"
+                ));
+            }
+        }
+        let law = {
+            let inside: Vec<f64> = client
+                .in_flight_series
+                .iter()
+                .filter(|p| p.0 >= from && p.0 <= to)
+                .map(|p| p.1)
+                .collect();
+            let (ok, e2e_sum_ms) = self.ok;
+            let mean_e2e_s = e2e_sum_ms / ok.max(1) as f64 / 1e3;
+            let mean_in_flight = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
+            (!inside.is_empty() && ok > 0)
+                .then(|| littles_law(mean_in_flight, ok as f64 / window, mean_e2e_s))
+                .flatten()
+        };
+        let offered = match self.mode {
+            LoadMode::Rate { rate } => Some(rate),
+            LoadMode::Concurrency { .. } => None,
+        };
+        PointSummaryFile {
+            experiment: if closed {
+                "saturation_experiment"
+            } else {
+                "rate_sweep_point"
+            }
+            .to_owned(),
+            mode: self.mode,
+            offered_rps: offered,
+            achieved_send_rps: client.measured as f64 / window,
+            cache: self.cache,
+            prompt_method: self.prompt_method,
+            prewarmed_prefixes: self.prewarmed,
+            schedule: self.schedule,
+            validity: Validity {
+                valid: reasons.is_empty(),
+                reasons,
+            },
+            queue_trend_source: source,
+            report,
+            engine_metrics: EngineFacts {
+                targets: self.metrics_targets,
+                samples: series.map_or(0, |s| s.samples.len()),
+                failed: series.map_or(0, |s| s.samples.iter().filter(|x| !x.ok).count()),
+            },
+            engine_findings,
+            littles_law: law,
+            client: self.client,
+        }
+    }
 }
 
 fn summarize(
@@ -481,106 +750,38 @@ fn summarize(
     schedule: ScheduleFacts,
 ) -> Result<PointSummaryFile, PointError> {
     let mut summary = PointSummary::new(plan.gate.clone());
+    let (mut ok, mut e2e_sum_ms) = (0, 0.0);
     for r in &run.records {
         if r.ok() {
             summary.record_success(r.class, &r.success());
+            ok += 1;
+            e2e_sum_ms += r.e2e_ms;
         } else {
             summary.record_failure(r.class, r.status);
         }
     }
-    let from = run
+    let span = run
         .records
         .iter()
         .map(|r| r.scheduled_s)
-        .fold(f64::INFINITY, f64::min);
-    let to = run
-        .records
-        .iter()
-        .map(|r| r.scheduled_s)
-        .fold(0.0, f64::max);
-    let (trend, source) = queue_trend(run, series, from, to);
-    let window = run.client.window_s.max(1e-3);
-    let report = summary
-        .finish(window, trend)
-        .map_err(|e| PointError::Write("report".into(), std::io::Error::other(e.to_string())))?;
-
-    let mut reasons = Vec::new();
-    let closed = matches!(config.mode, LoadMode::Concurrency { .. });
-    if closed {
-        reasons.push("closed loop: a saturation experiment, never a capacity".to_owned());
-    }
-    if !closed && run.client.schedule_lag_ms.p99 > plan.max_lag_ms {
-        reasons.push(format!(
-            "the client fell behind its schedule: lag P99 {:.2} ms > {} ms (max {:.2} ms)",
-            run.client.schedule_lag_ms.p99, plan.max_lag_ms, run.client.schedule_lag_ms.max
-        ));
-    }
-    if run.client.incomplete {
-        reasons.push("the run was stopped before its schedule ended".to_owned());
-    }
-    if run.records.is_empty() {
-        reasons.push("no request was measured".to_owned());
-    }
-    let mut engine_findings = series.map(|s| findings(s, window, config.cache == CacheMode::Warm));
-    // Cross-check: the client's in-flight count should tell the same story as the engine's
-    // waiting queue; when it does not, the boundaries disagree (lost telemetry, retries).
-    if let Some(f) = engine_findings.as_mut()
-        && source.starts_with("engine")
-    {
-        let client = client_trend(run, from, to);
-        if client != trend {
-            f.flags.push(format!(
-                "queue trend {trend} from the engine's waiting queue, but {client} from the \
-                 client's in-flight count: client and engine boundaries disagree"
-            ));
-        }
-    }
-    let law = {
-        let inside: Vec<f64> = run
-            .client
-            .in_flight_series
-            .iter()
-            .filter(|p| p.0 >= from && p.0 <= to)
-            .map(|p| p.1)
-            .collect();
-        let ok: Vec<&super::record::RequestRecord> =
-            run.records.iter().filter(|r| r.ok()).collect();
-        let mean_e2e_s = ok.iter().map(|r| r.e2e_ms).sum::<f64>() / ok.len().max(1) as f64 / 1e3;
-        let mean_in_flight = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
-        (!inside.is_empty() && !ok.is_empty())
-            .then(|| littles_law(mean_in_flight, ok.len() as f64 / window, mean_e2e_s))
-            .flatten()
-    };
-    let offered = match config.mode {
-        LoadMode::Rate { rate } => Some(rate),
-        LoadMode::Concurrency { .. } => None,
-    };
-    Ok(PointSummaryFile {
-        experiment: if closed {
-            "saturation_experiment"
-        } else {
-            "rate_sweep_point"
-        },
+        .fold(None, |acc, t| {
+            Some(acc.map_or((t, t), |(lo, hi): (f64, f64)| (lo.min(t), hi.max(t))))
+        });
+    let facts = PointFacts {
         mode: config.mode,
-        offered_rps: offered,
-        achieved_send_rps: run.client.measured as f64 / window,
         cache: config.cache,
         prompt_method: config.prompt_method,
-        prewarmed_prefixes: prewarmed,
+        prewarmed,
         schedule,
-        validity: Validity {
-            valid: reasons.is_empty(),
-            reasons,
-        },
-        queue_trend_source: source,
-        report,
         client: run.client.clone(),
-        engine_metrics: EngineFacts {
-            targets: plan.metrics_targets.clone(),
-            samples: series.map_or(0, |s| s.samples.len()),
-            failed: series.map_or(0, |s| s.samples.iter().filter(|x| !x.ok).count()),
-        },
-        engine_findings,
-        littles_law: law,
-    })
+        series,
+        metrics_targets: plan.metrics_targets.clone(),
+        max_lag_ms: plan.max_lag_ms,
+        span,
+        ok: (ok, e2e_sum_ms),
+        reasons: Vec::new(),
+    };
+    let (trend, source) = facts.queue_trend();
+    let report = summary.finish(facts.window_s(), trend)?;
+    Ok(facts.assemble(report, source))
 }

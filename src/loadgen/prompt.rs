@@ -12,7 +12,7 @@
 //!   which, with a fixed popularity), followed by unique tokens; a prewarm phase sends every
 //!   prefix once before measurement starts.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Prompt;
 use crate::workload::hashing::{GOLDEN_GAMMA, mix64};
@@ -23,7 +23,7 @@ const TOKEN_LO: u32 = 1000;
 const TOKEN_HI: u32 = 30_000;
 
 /// Cache state of the experiment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheMode {
     /// Unique prompts: nothing to reuse.
@@ -33,7 +33,7 @@ pub enum CacheMode {
 }
 
 /// How prompts were made, as reported in the summary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptMethod {
     /// Token-id arrays of exact length.

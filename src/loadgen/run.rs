@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::client::send;
@@ -22,7 +22,7 @@ use crate::analysis::nearest_rank_many;
 use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
 
 /// Open or closed loop.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum LoadMode {
     /// Open loop at the schedule's times (its rate).
@@ -117,10 +117,52 @@ impl LoadConfig {
             progress: false,
         }
     }
+
+    /// This configuration for an engine that runs `k` times faster than real time: the
+    /// open-loop rate × `k` (closed loop: its duration ÷ `k`), the warmup and the request
+    /// and stall timeouts ÷ `k`. The connect timeout stays: it is the network's, not the
+    /// engine's. `k = 1` gives the configuration unchanged.
+    ///
+    /// With [`PointPlan::time_scaled`](super::point::PointPlan::time_scaled) and
+    /// [`MeasuredPoint::rescale`](super::point::MeasuredPoint::rescale) this is the one
+    /// definition of time scaling, used by `goodput bench` and `goodput loadgen
+    /// --time-scale` alike (see [`measure_time_scaled`](super::point::measure_time_scaled)).
+    pub fn time_scaled(&self, k: f64) -> LoadConfig {
+        if k == 1.0 {
+            return self.clone();
+        }
+        LoadConfig {
+            mode: match self.mode {
+                LoadMode::Rate { rate } => LoadMode::Rate { rate: rate * k },
+                LoadMode::Concurrency {
+                    concurrency,
+                    duration_s,
+                } => LoadMode::Concurrency {
+                    concurrency,
+                    duration_s: duration_s / k,
+                },
+            },
+            warmup_s: self.warmup_s / k,
+            timeouts: Timeouts {
+                request: self.timeouts.request.div_f64(k),
+                stall: self.timeouts.stall.div_f64(k),
+                connect: self.timeouts.connect,
+            },
+            ..self.clone()
+        }
+    }
+}
+
+/// The measured window of an open-loop run (s) whose measured requests were scheduled from
+/// `first_s` to `last_s` at `rate`: n arrivals span n − 1 gaps, so one mean gap is added
+/// and n requests over the window give n / window. One definition for a single run and for
+/// the merge of a point's shards.
+pub fn open_loop_window_s(rate: f64, first_s: f64, last_s: f64) -> f64 {
+    (last_s - first_s) + 1.0 / rate
 }
 
 /// What the client itself saw while running the point.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientFacts {
     /// Requests sent (warmup included).
     pub sent: u64,
@@ -142,6 +184,15 @@ pub struct ClientFacts {
     pub incomplete: bool,
     /// `(time s, requests in flight)` sampled every 100 ms.
     pub in_flight_series: Vec<(f64, f64)>,
+    /// The wall-clock instant (Unix seconds) the schedule's time zero was asked for
+    /// (`goodput loadgen --start-at`, shared by the shards of one point), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_unix_s: Option<f64>,
+    /// How late the run's time zero was against `start_at_unix_s` (ms, in the units of the
+    /// other figures): the run then started at once, on a timeline this much behind the
+    /// shared one. 0 when on time or without a start instant.
+    #[serde(default)]
+    pub start_lateness_ms: f64,
 }
 
 impl ClientFacts {
@@ -152,12 +203,7 @@ impl ClientFacts {
             .iter()
             .map(RequestRecord::schedule_lag_ms)
             .collect();
-        let lag = nearest_rank_many(&mut lags, &[0.5, 0.99, 1.0]);
-        self.schedule_lag_ms = LagFigures {
-            p50: lag[0].unwrap_or(0.0),
-            p99: lag[1].unwrap_or(0.0),
-            max: lag[2].unwrap_or(0.0),
-        };
+        self.schedule_lag_ms = LagFigures::of(&mut lags);
         self.tokens_mismatches = measured
             .iter()
             .filter(|r| {
@@ -171,7 +217,7 @@ impl ClientFacts {
 }
 
 /// Lag percentiles (nearest-rank).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LagFigures {
     /// Median.
     pub p50: f64,
@@ -179,6 +225,18 @@ pub struct LagFigures {
     pub p99: f64,
     /// Largest.
     pub max: f64,
+}
+
+impl LagFigures {
+    /// The figures of these lags (ms; reordered in place); all 0 without any.
+    pub fn of(lags_ms: &mut [f64]) -> Self {
+        let lag = nearest_rank_many(lags_ms, &[0.5, 0.99, 1.0]);
+        LagFigures {
+            p50: lag[0].unwrap_or(0.0),
+            p99: lag[1].unwrap_or(0.0),
+            max: lag[2].unwrap_or(0.0),
+        }
+    }
 }
 
 /// A finished point: every record (warmup flagged out) and the client's facts.
@@ -308,7 +366,19 @@ pub async fn run_point(
     schedule: Vec<ScheduledRequest>,
     stop: watch::Receiver<bool>,
 ) -> PointRun {
-    let start = Instant::now();
+    run_point_from(client, config, schedule, stop, Instant::now()).await
+}
+
+/// [`run_point`] with the schedule's time zero at `start`, which may lie a little in the
+/// future (the common start of a point's shards): open-loop sends wait for their due time
+/// on that timeline; closed-loop workers start at once and stop at `start` + duration.
+pub async fn run_point_from(
+    client: reqwest::Client,
+    config: LoadConfig,
+    schedule: Vec<ScheduledRequest>,
+    stop: watch::Receiver<bool>,
+    start: Instant,
+) -> PointRun {
     let shared = Arc::new(Shared {
         client,
         cap: config.max_in_flight.map(Semaphore::new),
@@ -530,11 +600,10 @@ fn finish(
         .fold(f64::NEG_INFINITY, f64::max);
     let window_s = match cfg.mode {
         LoadMode::Rate { rate } => {
-            // n arrivals span n − 1 gaps; add one mean gap so n requests over T give n / T.
             if measured.is_empty() {
                 0.0
             } else {
-                (last - first) + 1.0 / rate
+                open_loop_window_s(rate, first, last)
             }
         }
         LoadMode::Concurrency { duration_s, .. } => (duration_s - cfg.warmup_s).max(0.0),
