@@ -100,7 +100,8 @@ impl SweepPlan {
 }
 
 /// One test point: which experiment, in which cache mode, at which load.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
 pub enum PointKey {
     /// A closed-loop level.
     Saturation {

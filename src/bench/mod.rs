@@ -12,6 +12,7 @@
 //! sees them, so reports, gates and verdicts are in real-time units.
 
 pub mod driver;
+pub mod point_job;
 pub mod result;
 pub mod sweep;
 
@@ -29,16 +30,14 @@ use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
     MeasuredPoint, PointError, PointPlan, PointSummaryFile, measure_point, write_json,
 };
-use crate::loadgen::prompt::CacheMode;
 use crate::loadgen::run::{LoadConfig, LoadMode};
 use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::ReplicaConfig;
 use crate::sim::router::RouterConfig;
-use crate::workload::hashing::{fnv1a, mix64};
-use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
 use crate::workload::{Resolved, WorkloadManifest};
 use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
+use point_job::PointTarget;
 use result::{
     BenchResult, ModeResult, PointResult, SaturationLevel, SaturationResult, TargetFacts,
 };
@@ -143,11 +142,7 @@ pub async fn run_bench(
     while let Step::Run(key) = driver::next_step(&plan, &recorded) {
         let outcome = match key {
             PointKey::Saturation { cache, concurrency } => {
-                // A saturation key only comes from a plan with a saturation sweep.
-                let duration_s = plan.saturation.as_ref().map_or(0.0, |s| s.duration_s);
-                let level = runner
-                    .saturation_level(cache, concurrency, duration_s)
-                    .await?;
+                let level = runner.saturation_level(cache, concurrency).await?;
                 let outcome = Outcome::Saturation {
                     throughput_rps: level.throughput_rps,
                     slos_met: level.slos_met,
@@ -347,19 +342,12 @@ impl Runner<'_> {
         &self,
         cache: CacheModeName,
         concurrency: u32,
-        duration_s: f64,
     ) -> Result<SaturationLevel, BenchError> {
-        let dir = format!("{}/saturation/c{concurrency}", mode_dir(cache));
+        let key = PointKey::Saturation { cache, concurrency };
+        let dir = point_job::point_dir(key, self.spec.repeats.max(1));
         self.bar
             .set_message(format!("{cache} saturation: {concurrency} in flight"));
-        // The manifest's warmup is excluded from measurement, so it comes on top of the
-        // level's measured duration.
-        let mode = LoadMode::Concurrency {
-            concurrency: concurrency.max(1) as usize,
-            duration_s: duration_s + self.manifest.client.warmup_seconds,
-        };
-        let seed = self.manifest.client.request_schedule_seed;
-        let summary = self.point(cache, mode, seed, &dir).await?;
+        let summary = self.point(key, &dir).await?;
         self.bar.inc(1);
         let r = &summary.report;
         let first = self
@@ -388,16 +376,7 @@ impl Runner<'_> {
         repeat: u32,
     ) -> Result<PointResult, BenchError> {
         let seed = key.seed(self.manifest.client.request_schedule_seed);
-        let dir = format!(
-            "{}/rate-{}rps{}",
-            mode_dir(cache),
-            rate_label(rate),
-            if self.spec.repeats > 1 {
-                format!("-r{repeat}")
-            } else {
-                String::new()
-            }
-        );
+        let dir = point_job::point_dir(key, self.spec.repeats.max(1));
         self.bar.set_message(format!(
             "{cache} {} RPS{}",
             rate_label(rate),
@@ -407,9 +386,7 @@ impl Runner<'_> {
                 String::new()
             }
         ));
-        let summary = self
-            .point(cache, LoadMode::Rate { rate }, seed, &dir)
-            .await?;
+        let summary = self.point(key, &dir).await?;
         self.bar.inc(1);
         write_json(
             &self.out.join(&dir).join("slo-report.json"),
@@ -431,67 +408,19 @@ impl Runner<'_> {
     }
 
     /// Runs one point on the run's clock, converts it to model time and writes its files.
-    async fn point(
-        &self,
-        cache: CacheModeName,
-        mode: LoadMode,
-        seed: u64,
-        dir: &str,
-    ) -> Result<PointSummaryFile, BenchError> {
+    async fn point(&self, key: PointKey, dir: &str) -> Result<PointSummaryFile, BenchError> {
         let k = self.target.time_scale;
         let ex = &self.spec.experiments;
-        let m = self.manifest;
-        let warm = cache == CacheModeName::Warm;
-        let shared_prefix = warm.then_some(SharedPrefix {
-            pool: ex.warm_pool.prefixes.max(1),
-            tokens: ex.warm_pool.prefix_tokens,
-            zipf: ex.warm_pool.zipf,
-        });
-        let arrival = m.arrival().ok_or_else(|| {
-            BenchError::Spec(
-                "the manifest's arrival pattern is `trace`: replay traces with `goodput loadgen \
-                 --trace`; bench needs a generated arrival process"
-                    .into(),
-            )
-        })?;
-        let schedule = ScheduleSpec {
-            classes: m.schedule_classes(),
-            requests: m.client.initial_scheduled_requests,
-            seed,
-            arrival,
-            output_jitter: 0.0,
-            shared_prefix,
+        let target = PointTarget {
+            url: self.target.facts.url.clone(),
+            model: self.target.facts.model.clone(),
+            metrics_targets: self.target.metrics_targets.clone(),
+            discover_metrics: false,
+            time_scale: k,
         };
-        let mut real = LoadConfig {
-            cache: if warm {
-                CacheMode::Warm
-            } else {
-                CacheMode::Cold
-            },
-            shared_prefix,
-            // Prompt tokens are seeded per point and per run: a cold point never finds its
-            // prompts cached by an earlier point (or an earlier run against the same server).
-            seed: mix64(seed ^ fnv1a(self.nonce, dir.as_bytes())),
-            ..LoadConfig::for_manifest(
-                m,
-                self.target.facts.url.clone(),
-                self.target.facts.model.clone(),
-                mode,
-            )
-        };
-        if self.spec.target.api == crate::api::TargetApi::Chat {
-            real.api = crate::loadgen::Api::Chat;
-            real.text_words_per_token = Some(0.75);
-            real.prompt_method = crate::loadgen::prompt::PromptMethod::TextEstimated;
-        }
-        let real_plan = PointPlan {
-            max_blocks: u64::from(ex.max_blocks.max(1)),
-            scrape_interval: Duration::from_secs_f64(ex.scrape_interval_seconds.max(0.01)),
-            // The client's lag is judged on the run's own clock: `max_lag_ms` of wall time,
-            // which is `K` times as much model time.
-            max_lag_ms: ex.max_lag_ms * k,
-            ..PointPlan::for_manifest(m, schedule, self.target.metrics_targets.clone())
-        };
+        let (real, real_plan) =
+            point_job::point_load(self.spec, self.manifest, key, &target, self.nonce)
+                .map_err(|e| BenchError::Spec(e.to_string()))?;
         // One definition of time scaling (the load generator's): the run uses the scaled
         // forms, and the measured point is rescaled to real time below.
         let scaled = real.time_scaled(k);

@@ -1,0 +1,180 @@
+//! One test point's load, defined once for both shells: from the benchmark spec, the frozen
+//! manifest and the driver's [`PointKey`] to the load generator's configuration.
+//! `goodput bench` runs it in-process; in a cluster the operator writes a [`PointJob`] into
+//! a ConfigMap and every pod of the point's Job runs `goodput loadgen --point-file` on it,
+//! so both build the same schedule, prompts and plan.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::driver::PointKey;
+use crate::api::{CacheModeName, CapacityBenchmarkSpec, TargetApi};
+use crate::loadgen::point::PointPlan;
+use crate::loadgen::prompt::{CacheMode, PromptMethod};
+use crate::loadgen::run::{LoadConfig, LoadMode};
+use crate::workload::WorkloadManifest;
+use crate::workload::hashing::{fnv1a, mix64};
+use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
+
+/// Everything a loadgen pod needs to run one point (the point file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PointJob {
+    /// Which point.
+    pub key: PointKey,
+    /// The benchmark's spec (experiments, repeats, target API).
+    pub spec: CapacityBenchmarkSpec,
+    /// The frozen workload manifest.
+    pub manifest: WorkloadManifest,
+    /// Where the requests go.
+    pub target: PointTarget,
+    /// Distinguishes this run's prompts from every other run's.
+    pub nonce: u64,
+}
+
+/// The server a point runs against.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PointTarget {
+    /// Base URL of the OpenAI-compatible API.
+    pub url: String,
+    /// Model name sent.
+    pub model: String,
+    /// Engine `/metrics` base URLs scraped during the point.
+    #[serde(default)]
+    pub metrics_targets: Vec<String>,
+    /// Ask the target's router (`/replicas`) for its replicas' metrics pages.
+    #[serde(default)]
+    pub discover_metrics: bool,
+    /// K: the simulated engine runs K times faster than real time.
+    pub time_scale: f64,
+}
+
+/// Why a point cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum PointSetupError {
+    /// Trace arrivals are replayed by `goodput loadgen --trace`, not by a benchmark.
+    #[error(
+        "the manifest's arrival pattern is `trace`: replay traces with `goodput loadgen \
+         --trace`; a benchmark needs a generated arrival process"
+    )]
+    TraceArrival,
+}
+
+/// The point's folder in the capacity pack, relative to it: `cold/saturation/c16`,
+/// `warm/rate-12.5rps`, `cold/rate-8rps-r1` (with repeats).
+pub fn point_dir(key: PointKey, repeats: u32) -> String {
+    match key {
+        PointKey::Saturation { cache, concurrency } => {
+            format!("{}/saturation/c{concurrency}", cache.as_str())
+        }
+        PointKey::Rate {
+            cache,
+            rate,
+            repeat,
+        } => format!(
+            "{}/rate-{}rps{}",
+            cache.as_str(),
+            super::rate_label(rate),
+            if repeats > 1 {
+                format!("-r{repeat}")
+            } else {
+                String::new()
+            }
+        ),
+    }
+}
+
+/// The load of one point in real-time units (the caller scales it by the target's time
+/// scale to run it): the seeded schedule, prompts unique to this run and point, and the
+/// plan with the spec's block, scrape and lag settings.
+pub fn point_load(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    key: PointKey,
+    target: &PointTarget,
+    nonce: u64,
+) -> Result<(LoadConfig, PointPlan), PointSetupError> {
+    let ex = &spec.experiments;
+    let m = manifest;
+    let seed = key.seed(m.client.request_schedule_seed);
+    let mode = match key {
+        // The manifest's warmup is excluded from measurement, so it comes on top of the
+        // level's measured duration.
+        PointKey::Saturation { concurrency, .. } => LoadMode::Concurrency {
+            concurrency: concurrency.max(1) as usize,
+            duration_s: ex
+                .saturation
+                .as_ref()
+                .map_or(crate::api::Saturation::default().duration_seconds, |s| {
+                    s.duration_seconds
+                })
+                + m.client.warmup_seconds,
+        },
+        PointKey::Rate { rate, .. } => LoadMode::Rate { rate },
+    };
+    let warm = key.cache() == CacheModeName::Warm;
+    let shared_prefix = warm.then_some(SharedPrefix {
+        pool: ex.warm_pool.prefixes.max(1),
+        tokens: ex.warm_pool.prefix_tokens,
+        zipf: ex.warm_pool.zipf,
+    });
+    let arrival = m.arrival().ok_or(PointSetupError::TraceArrival)?;
+    let schedule = ScheduleSpec {
+        classes: m.schedule_classes(),
+        requests: m.client.initial_scheduled_requests,
+        seed,
+        arrival,
+        output_jitter: 0.0,
+        shared_prefix,
+    };
+    let dir = point_dir(key, spec.repeats.max(1));
+    let mut config = LoadConfig {
+        cache: if warm {
+            CacheMode::Warm
+        } else {
+            CacheMode::Cold
+        },
+        shared_prefix,
+        // Prompt tokens are seeded per point and per run: a cold point never finds its
+        // prompts cached by an earlier point (or an earlier run against the same server).
+        seed: mix64(seed ^ fnv1a(nonce, dir.as_bytes())),
+        ..LoadConfig::for_manifest(m, target.url.clone(), target.model.clone(), mode)
+    };
+    if spec.target.api == TargetApi::Chat {
+        config.api = crate::loadgen::Api::Chat;
+        config.text_words_per_token = Some(0.75);
+        config.prompt_method = PromptMethod::TextEstimated;
+    }
+    let plan = PointPlan {
+        max_blocks: u64::from(ex.max_blocks.max(1)),
+        scrape_interval: Duration::from_secs_f64(ex.scrape_interval_seconds.max(0.01)),
+        // The client's lag is judged on the run's own clock: `max_lag_ms` of wall time,
+        // which is `K` times as much model time.
+        max_lag_ms: ex.max_lag_ms * target.time_scale,
+        ..PointPlan::for_manifest(m, schedule, target.metrics_targets.clone())
+    };
+    Ok((config, plan))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn point_folders_name_mode_load_and_repeat() {
+        let rate = |repeat| PointKey::Rate {
+            cache: CacheModeName::Warm,
+            rate: 12.5,
+            repeat,
+        };
+        assert_eq!(point_dir(rate(0), 1), "warm/rate-12.5rps");
+        assert_eq!(point_dir(rate(1), 3), "warm/rate-12.5rps-r1");
+        let level = PointKey::Saturation {
+            cache: CacheModeName::Cold,
+            concurrency: 16,
+        };
+        assert_eq!(point_dir(level, 2), "cold/saturation/c16");
+    }
+}
