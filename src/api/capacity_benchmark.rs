@@ -28,7 +28,7 @@ use crate::workload::{Acceptance, WorkloadManifest};
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".status.requiredReplicas","description":"Replicas needed for the peak"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct CapacityBenchmarkSpec {
     /// The server under test. Without `url`, the built-in simulated engine (`simulated`).
     #[serde(default)]
@@ -60,7 +60,7 @@ fn one() -> u32 {
 
 /// The server under test.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Target {
     /// Base URL of an OpenAI-compatible server (`http://host:port`). Absent: the simulated
     /// engine is started in-process.
@@ -105,7 +105,7 @@ pub enum TargetApi {
 
 /// A Prometheus server holding the engine's metrics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PrometheusSource {
     /// Base URL, e.g. `http://prometheus.monitoring:9090`.
     pub url: String,
@@ -123,7 +123,7 @@ fn default_step() -> f64 {
 
 /// The built-in simulated engine: replicas of the engine model behind a router.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct SimulatedTarget {
     /// Hardware and model preset (`goodput simulate --list-presets`).
     #[serde(default = "default_preset")]
@@ -175,7 +175,7 @@ fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 
 /// Where the frozen workload manifest comes from (exactly one).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkloadSource {
     /// The manifest inline (the `workload-manifest.yaml` schema, snake_case fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,7 +190,7 @@ pub struct WorkloadSource {
 
 /// A key of a ConfigMap in the benchmark's namespace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ConfigMapKey {
     /// ConfigMap name.
     pub name: String,
@@ -205,7 +205,7 @@ fn default_manifest_key() -> String {
 
 /// The experiments of one benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Experiments {
     /// Closed loop over concurrency levels: finds the throughput-latency knee and proposes
     /// the rate sweep's range. Never a capacity.
@@ -265,7 +265,7 @@ fn default_max_lag() -> f64 {
 
 /// The saturation (closed-loop) experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Saturation {
     /// Concurrency levels (requests in flight), ascending.
     #[serde(default = "default_concurrency")]
@@ -294,7 +294,7 @@ fn default_saturation_duration() -> f64 {
 
 /// The rate sweep (open loop).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RateSweep {
     /// Offered rates (requests per second). Empty: derived from the saturation knee.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -358,7 +358,7 @@ pub enum ColdPrompts {
 
 /// The warm cache's shared prefixes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct WarmPool {
     /// Distinct shared prefixes.
     #[serde(default = "default_prefixes")]
@@ -391,7 +391,7 @@ fn default_prefix_tokens() -> u32 {
 
 /// The peak to plan for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PeakForecast {
     /// Forecast peak arrival rate (requests per second), same workload mix.
     pub rps: f64,
@@ -419,7 +419,7 @@ pub enum Statistic {
 
 /// What the reports show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Reporting {
     /// Latency statistics per class in summaries. Must include a percentile.
     #[serde(default = "default_statistics")]
