@@ -154,6 +154,20 @@ pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, Bench
         });
     }
     let spec = &benchmark.spec;
+    if let Some(svc) = &spec.target.service {
+        findings.push(Finding {
+            severity: Severity::Error,
+            path: "spec.target.service".into(),
+            message: format!(
+                "Service `{}` is resolved by the operator in a cluster; locally give url \
+                 instead (for example `http://localhost:{port}` with `kubectl port-forward \
+                 svc/{} {port}:{port}`)",
+                svc.name,
+                svc.name,
+                port = svc.port
+            ),
+        });
+    }
     let resolved = resolve_manifest(spec, path, &mut findings);
     let manifest = match resolved {
         Some(mut manifest) => {
@@ -579,30 +593,151 @@ mod tests {
             Some("capacitybenchmarks.goodput.dev")
         );
         assert_eq!(crd.spec.scope, "Namespaced");
-        assert_eq!(crd.spec.names.short_names, Some(vec!["cbench".to_string()]));
+        assert_eq!(
+            crd.spec.names.short_names,
+            Some(vec!["cb".to_string(), "cbench".to_string()])
+        );
         let [version] = crd.spec.versions.as_slice() else {
             panic!("one version");
         };
         assert_eq!(version.name, "v1alpha1");
         assert!(version.served && version.storage);
-        let columns: Vec<(&str, &str)> = version
+        let columns: Vec<(&str, &str, &str)> = version
             .additional_printer_columns
             .iter()
             .flatten()
-            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
             .collect();
         assert_eq!(
             columns,
             [
-                ("Phase", ".status.phase"),
-                ("Capacity", ".status.capacityRps"),
-                ("Per-replica", ".status.capacityPerReplicaRps"),
-                ("Replicas", ".status.requiredReplicas"),
-                ("Age", ".metadata.creationTimestamp"),
+                ("Target", "string", ".status.target"),
+                ("Phase", "string", ".status.phase"),
+                ("Point", "string", ".status.currentPoint.label"),
+                ("Capacity", "number", ".status.capacityRps"),
+                ("Per-replica", "number", ".status.capacityPerReplicaRps"),
+                ("Replicas", "integer", ".status.requiredReplicas"),
+                ("Age", "date", ".metadata.creationTimestamp"),
             ]
         );
         let subresources = version.subresources.as_ref().expect("subresources");
         assert!(subresources.status.is_some());
+    }
+
+    /// The schema as `kubectl explain` and the API server see it.
+    fn schema() -> serde_json::Value {
+        let crd = serde_json::to_value(CapacityBenchmark::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn the_crd_describes_itself_instead_of_kubes_placeholder() {
+        let schema = schema();
+        let description = schema["description"].as_str().unwrap();
+        assert!(
+            description.starts_with("CapacityBenchmark measures how many requests per second"),
+            "{description}"
+        );
+        assert!(!description.contains("Auto-generated"), "{description}");
+        let service =
+            &schema["properties"]["spec"]["properties"]["target"]["properties"]["service"];
+        assert!(
+            service["properties"]["namespace"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("Default: the benchmark's namespace")
+        );
+        assert_eq!(service["properties"]["port"]["type"], "integer");
+        assert_eq!(service["properties"]["port"]["minimum"], 1.0);
+        assert_eq!(service["properties"]["port"]["maximum"], 65535.0);
+        assert_eq!(service["required"], serde_json::json!(["name", "port"]));
+    }
+
+    #[test]
+    fn conditions_merge_by_type() {
+        let schema = schema();
+        let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["type"], "array");
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            conditions["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
+        // A list-map key must be required in the items (the API server refuses the CRD
+        // otherwise).
+        let required = conditions["items"]["required"].as_array().unwrap();
+        assert!(
+            required.contains(&serde_json::json!("type")),
+            "{required:?}"
+        );
+    }
+
+    #[test]
+    fn the_crd_carries_the_cel_rules() {
+        let schema = schema();
+        let spec = &schema["properties"]["spec"]["properties"];
+        let rules = |at: &serde_json::Value| -> Vec<(String, String)> {
+            at["x-kubernetes-validations"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no rules: {at}"))
+                .iter()
+                .map(|r| {
+                    (
+                        r["rule"].as_str().unwrap().to_owned(),
+                        r["message"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        };
+        let target = rules(&spec["target"]);
+        assert_eq!(target.len(), 1);
+        for field in ["self.url", "self.service", "self.simulated"] {
+            assert!(target[0].0.contains(&format!("has({field})")), "{target:?}");
+        }
+        assert!(target[0].0.ends_with("<= 1"), "{target:?}");
+        assert_eq!(
+            target[0].1,
+            "give at most one of url, service and simulated"
+        );
+        let workload = rules(&spec["workload"]);
+        assert_eq!(workload.len(), 1);
+        for field in [
+            "self.manifest",
+            "self.manifestFile",
+            "self.manifestConfigMap",
+        ] {
+            assert!(
+                workload[0].0.contains(&format!("has({field})")),
+                "{workload:?}"
+            );
+        }
+        assert!(workload[0].0.ends_with("== 1"), "{workload:?}");
+        assert_eq!(
+            workload[0].1,
+            "give exactly one of manifest, manifestFile and manifestConfigMap"
+        );
+    }
+
+    #[test]
+    fn the_status_schema_names_phases_and_point_kinds() {
+        let schema = schema();
+        let status = &schema["properties"]["status"]["properties"];
+        assert_eq!(
+            status["phase"]["enum"],
+            serde_json::json!(["Pending", "Running", "Succeeded", "Failed"])
+        );
+        let point = &status["points"]["items"]["properties"];
+        assert_eq!(
+            point["kind"]["enum"],
+            serde_json::json!(["saturation", "rate"])
+        );
+        assert_eq!(point["cache"]["enum"], serde_json::json!(["cold", "warm"]));
+        assert_eq!(
+            status["currentPoint"]["properties"]["startedAt"]["format"],
+            "date-time"
+        );
+        // Nothing in the status is required at the top: a partial status is valid.
+        assert!(schema["properties"]["status"].get("required").is_none());
     }
 
     /// Kubernetes accepts only structural schemas: every node typed (or preserving unknown
@@ -797,7 +932,7 @@ mod tests {
             .unwrap();
         assert!(msg.ends_with(&format!("at line {line}, column 5")), "{msg}");
 
-        // In metadata (the Kubernetes type ignores them too).
+        // In metadata (the Kubernetes type ignores them too) and in the status.
         let bad = VALID.replace(
             "  name: seed-70b-inline\n",
             "  name: seed-70b-inline\n  lables: {}\n",
@@ -808,6 +943,20 @@ mod tests {
             "{msg}"
         );
         assert!(msg.ends_with("at line 6, column 3"), "{msg}");
+        let with_status = format!(
+            "{VALID}status:\n  phase: Running\n  points:\n  - {{cache: cold, kind: rate, offeredRps: 1, verdictt: pass}}\n"
+        );
+        let msg = parse(&with_status).unwrap_err().message();
+        assert!(
+            msg.starts_with("field `status.points[0].verdictt`: unknown field `verdictt`"),
+            "{msg}"
+        );
+        assert!(msg.contains("expected one of achievedRps, cache"), "{msg}");
+        // Without the typo the status reads.
+        let loaded = parse(&with_status.replace("verdictt", "verdict")).unwrap();
+        let status = loaded.benchmark.status.unwrap();
+        assert_eq!(status.phase, Some(crate::api::Phase::Running));
+        assert_eq!(status.points[0].verdict, "pass");
     }
 
     #[test]
@@ -818,6 +967,44 @@ mod tests {
         value["spec"]["target"]["newTargetField"] = serde_json::json!(true);
         let cb: CapacityBenchmark = serde_json::from_value(value).unwrap();
         assert_eq!(cb.metadata.name.as_deref(), Some("seed-70b-inline"));
+    }
+
+    #[test]
+    fn a_service_target_needs_the_operator() {
+        let svc = VALID.replace(
+            "    url: http://vllm.llm.svc:8000\n",
+            "    service: {name: qwen-7b, port: 8000}\n",
+        );
+        let loaded = parse(&svc).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.target.service"]);
+        let message = &loaded.errors().next().unwrap().message;
+        assert!(message.contains("resolved by the operator"), "{message}");
+        assert!(message.contains("give url"), "{message}");
+        assert!(
+            message.contains("kubectl port-forward svc/qwen-7b 8000:8000"),
+            "{message}"
+        );
+        assert_eq!(loaded.benchmark.spec.target.printable(), "svc/qwen-7b");
+        // A URL target (the fixture) is unchanged.
+        let loaded = parse(VALID).unwrap();
+        assert!(!loaded.has_errors(), "{:?}", loaded.findings);
+        assert_eq!(
+            loaded.benchmark.spec.target.printable(),
+            "http://vllm.llm.svc:8000"
+        );
+    }
+
+    #[test]
+    fn the_examples_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for name in [
+            "examples/capacity-benchmark.yaml",
+            "examples/capacity-benchmark-simulated-cluster.yaml",
+        ] {
+            let loaded = load_benchmark(&root.join(name)).unwrap();
+            assert!(!loaded.has_errors(), "{name}: {:?}", loaded.findings);
+            assert_eq!(loaded.benchmark.spec.target.printable(), "simulated");
+        }
     }
 
     #[test]
