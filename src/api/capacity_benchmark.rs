@@ -3,34 +3,81 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::CapacityBenchmarkStatus;
 use crate::workload::{Acceptance, WorkloadManifest};
 
 /// A capacity benchmark: saturation sweep, open-loop rate sweep per cache mode, the
 /// per-class gate at every point, capacity, per-replica capacity and the replica plan for a
 /// forecast peak.
+// The `doc` below is the CRD's top-level description (`kubectl explain cb`); these comments
+// stay out of the schema. Clippy reads the columns' repeated `type_ = "string"` as one
+// attribute given twice: they are arguments of different `printcolumn(...)` entries.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "goodput.dev",
     version = "v1alpha1",
     kind = "CapacityBenchmark",
     plural = "capacitybenchmarks",
+    shortname = "cb",
     shortname = "cbench",
     namespaced,
     status = "CapacityBenchmarkStatus",
-    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Capacity","type":"number","jsonPath":".status.capacityRps","description":"Highest passing offered rate (RPS)"}"#,
-    printcolumn = r#"{"name":"Per-replica","type":"number","jsonPath":".status.capacityPerReplicaRps"}"#,
-    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".status.requiredReplicas","description":"Replicas needed for the peak"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    doc = "CapacityBenchmark measures how many requests per second an LLM inference server \
+           serves while every workload class meets its latency SLOs: a saturation sweep \
+           finds the knee, an open-loop rate sweep per cache mode finds the highest rate \
+           that passes the per-class gate, and the status gives that capacity, the \
+           capacity per replica and the replicas a forecast peak needs.",
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".status.target",
+        description = "The server under test"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Pending, Running, Succeeded or Failed"
+    ),
+    printcolumn(
+        name = "Point",
+        type_ = "string",
+        json_path = ".status.currentPoint.label",
+        description = "The point being measured"
+    ),
+    printcolumn(
+        name = "Capacity",
+        type_ = "number",
+        json_path = ".status.capacityRps",
+        description = "Highest passing offered rate (RPS)"
+    ),
+    printcolumn(
+        name = "Per-replica",
+        type_ = "number",
+        json_path = ".status.capacityPerReplicaRps",
+        description = "Capacity per replica under test (RPS)"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.requiredReplicas",
+        description = "Replicas needed for the peak"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct CapacityBenchmarkSpec {
-    /// The server under test. Without `url`, the built-in simulated engine (`simulated`).
+    /// The server under test: `url`, `service` or `simulated`, at most one. None of them:
+    /// the built-in simulated engine with its defaults.
     #[serde(default)]
     pub target: Target,
     /// The frozen workload manifest, inline or by reference.
@@ -58,16 +105,23 @@ fn one() -> u32 {
     1
 }
 
-/// The server under test.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// The server under test: at most one of `url`, `service` and `simulated`. None of them:
+/// the built-in simulated engine with its defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.url) ? 1 : 0) + (has(self.service) ? 1 : 0) + (has(self.simulated) ? 1 : 0) <= 1"
+).message("give at most one of url, service and simulated"))]
+#[serde(rename_all = "camelCase")]
 pub struct Target {
-    /// Base URL of an OpenAI-compatible server (`http://host:port`). Absent: the simulated
-    /// engine is started in-process.
+    /// Base URL of an OpenAI-compatible server (`http://host:port`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Model name sent with every request. Default: the manifest's `model.id` (a URL
-    /// target) or the preset's model (simulated).
+    /// A Service in the cluster in front of the server (operator runs only: `goodput bench`
+    /// cannot resolve it, give `url` there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceTarget>,
+    /// Model name sent with every request. Default: the manifest's `model.id` (a URL or
+    /// Service target) or the preset's model (simulated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Endpoint: `completions` (token-id prompts) or `chat` (text prompts).
@@ -87,9 +141,47 @@ pub struct Target {
     /// (`gpus / replicas`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_replica: Option<u32>,
-    /// The built-in simulated engine's setup (used when `url` is absent).
+    /// The built-in simulated engine. `goodput bench` runs it in-process; in a cluster the
+    /// operator deploys it (a Deployment and a Service owned by the benchmark) and
+    /// benchmarks that. Also the target when none of url, service and simulated is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulated: Option<SimulatedTarget>,
+}
+
+impl Target {
+    /// Whether the built-in simulated engine is the target: neither `url` nor `service`.
+    pub fn is_simulated(&self) -> bool {
+        self.url.is_none() && self.service.is_none()
+    }
+
+    /// The target as `status.target` prints it: `svc/<name>` (`svc/<name>.<namespace>` for
+    /// another namespace), the URL, or `simulated`. With several given (a spec the lint
+    /// refuses), the first of url, service.
+    pub fn printable(&self) -> String {
+        match (&self.url, &self.service) {
+            (Some(url), _) => url.clone(),
+            (None, Some(svc)) => match &svc.namespace {
+                Some(ns) => format!("svc/{}.{ns}", svc.name),
+                None => format!("svc/{}", svc.name),
+            },
+            (None, None) => "simulated".into(),
+        }
+    }
+}
+
+/// A Service in the cluster in front of an OpenAI-compatible server. Requests go to
+/// `http://<name>.<namespace>.svc:<port>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceTarget {
+    /// Name of the Service.
+    pub name: String,
+    /// Port number of the Service (its `spec.ports[].port`, not the target port).
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Namespace of the Service. Default: the benchmark's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Which OpenAI-compatible endpoint requests use.
@@ -105,7 +197,7 @@ pub enum TargetApi {
 
 /// A Prometheus server holding the engine's metrics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PrometheusSource {
     /// Base URL, e.g. `http://prometheus.monitoring:9090`.
     pub url: String,
@@ -123,7 +215,7 @@ fn default_step() -> f64 {
 
 /// The built-in simulated engine: replicas of the engine model behind a router.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct SimulatedTarget {
     /// Hardware and model preset (`goodput simulate --list-presets`).
     #[serde(default = "default_preset")]
@@ -173,9 +265,13 @@ fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schem
     })
 }
 
-/// Where the frozen workload manifest comes from (exactly one).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Where the frozen workload manifest comes from: exactly one of `manifest`,
+/// `manifestFile` and `manifestConfigMap`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.manifest) ? 1 : 0) + (has(self.manifestFile) ? 1 : 0) + (has(self.manifestConfigMap) ? 1 : 0) == 1"
+).message("give exactly one of manifest, manifestFile and manifestConfigMap"))]
+#[serde(rename_all = "camelCase")]
 pub struct WorkloadSource {
     /// The manifest inline (the `workload-manifest.yaml` schema, snake_case fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,7 +286,7 @@ pub struct WorkloadSource {
 
 /// A key of a ConfigMap in the benchmark's namespace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ConfigMapKey {
     /// ConfigMap name.
     pub name: String,
@@ -205,7 +301,7 @@ fn default_manifest_key() -> String {
 
 /// The experiments of one benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Experiments {
     /// Closed loop over concurrency levels: finds the throughput-latency knee and proposes
     /// the rate sweep's range. Never a capacity.
@@ -265,7 +361,7 @@ fn default_max_lag() -> f64 {
 
 /// The saturation (closed-loop) experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Saturation {
     /// Concurrency levels (requests in flight), ascending.
     #[serde(default = "default_concurrency")]
@@ -294,7 +390,7 @@ fn default_saturation_duration() -> f64 {
 
 /// The rate sweep (open loop).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RateSweep {
     /// Offered rates (requests per second). Empty: derived from the saturation knee.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -374,7 +470,7 @@ pub enum ColdPrompts {
 
 /// The warm cache's shared prefixes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct WarmPool {
     /// Distinct shared prefixes.
     #[serde(default = "default_prefixes")]
@@ -407,7 +503,7 @@ fn default_prefix_tokens() -> u32 {
 
 /// The peak to plan for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PeakForecast {
     /// Forecast peak arrival rate (requests per second), same workload mix.
     pub rps: f64,
@@ -435,7 +531,7 @@ pub enum Statistic {
 
 /// What the reports show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Reporting {
     /// Latency statistics per class in summaries. Must include a percentile.
     #[serde(default = "default_statistics")]
@@ -454,26 +550,29 @@ fn default_statistics() -> Vec<Statistic> {
     vec![Statistic::P50, Statistic::P95, Statistic::P99]
 }
 
-/// What the operator (or `goodput bench`) found.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CapacityBenchmarkStatus {
-    /// `Pending`, `Running`, `Succeeded` or `Failed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// The spec generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Highest passing offered rate (RPS) of the plan's cache mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_rps: Option<f64>,
-    /// Capacity divided by the replicas under test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_per_replica_rps: Option<f64>,
-    /// Replicas for the forecast peak.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required_replicas: Option<u32>,
-    /// `Validated`, `Running`, `Complete` and their reasons.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_print_as_the_status_shows_them() {
+        let mut t = Target::default();
+        assert!(t.is_simulated());
+        assert_eq!(t.printable(), "simulated");
+        t.simulated = Some(SimulatedTarget::default());
+        assert_eq!(t.printable(), "simulated");
+        t.service = Some(ServiceTarget {
+            name: "qwen-7b".into(),
+            port: 8000,
+            namespace: None,
+        });
+        assert!(!t.is_simulated());
+        assert_eq!(t.printable(), "svc/qwen-7b");
+        if let Some(svc) = &mut t.service {
+            svc.namespace = Some("llm".into());
+        }
+        assert_eq!(t.printable(), "svc/qwen-7b.llm");
+        t.url = Some("http://localhost:8000".into());
+        assert_eq!(t.printable(), "http://localhost:8000");
+    }
 }

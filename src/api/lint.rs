@@ -68,6 +68,18 @@ fn is_http_url(url: &str) -> bool {
     })
 }
 
+/// Whether `name` is a DNS-1035 label, as Service and namespace names are: lowercase
+/// letters, digits and `-`, starting with a letter and ending with a letter or digit, at
+/// most 63 characters.
+fn is_dns_label(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=63).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1] != b'-'
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
 fn positive(v: f64) -> bool {
     v.is_finite() && v > 0.0
 }
@@ -102,18 +114,57 @@ impl Lint {
 
     fn target(&mut self, spec: &CapacityBenchmarkSpec) {
         let t = &spec.target;
-        if let Some(url) = &t.url {
-            if !is_http_url(url) {
+        if let Some(url) = &t.url
+            && !is_http_url(url)
+        {
+            self.error(
+                "spec.target.url",
+                format!("`{url}` is not an http:// or https:// URL"),
+            );
+        }
+        let given: Vec<&str> = [
+            ("url", t.url.is_some()),
+            ("service", t.service.is_some()),
+            ("simulated", t.simulated.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if let [first @ .., last] = given.as_slice()
+            && !first.is_empty()
+        {
+            self.error(
+                "spec.target",
+                format!(
+                    "{} and {last} are set: give one (url for a server reached directly, \
+                     service for one in the cluster, simulated for the built-in engine)",
+                    first.join(", ")
+                ),
+            );
+        }
+        if let Some(svc) = &t.service {
+            if !is_dns_label(&svc.name) {
                 self.error(
-                    "spec.target.url",
-                    format!("`{url}` is not an http:// or https:// URL"),
+                    "spec.target.service.name",
+                    format!(
+                        "`{}` is not a Service name (lowercase letters, digits and `-`, \
+                         starting with a letter, at most 63 characters)",
+                        svc.name
+                    ),
                 );
             }
-            if t.simulated.is_some() {
+            if !(1..=65535).contains(&svc.port) {
                 self.error(
-                    "spec.target",
-                    "both url and simulated are set: give url for a real server, or simulated \
-                     (and no url) for the built-in engine",
+                    "spec.target.service.port",
+                    format!("{} is not a port number (1 to 65535)", svc.port),
+                );
+            }
+            if let Some(ns) = &svc.namespace
+                && !is_dns_label(ns)
+            {
+                self.error(
+                    "spec.target.service.namespace",
+                    format!("`{ns}` is not a namespace name"),
                 );
             }
         }
@@ -145,7 +196,7 @@ impl Lint {
         if t.gpus_per_replica == Some(0) {
             self.error("spec.target.gpusPerReplica", "must be at least 1");
         }
-        if t.url.is_none()
+        if t.is_simulated()
             && let Some(sim) = &t.simulated
         {
             self.simulated(sim, t.replicas);
@@ -435,7 +486,7 @@ impl Lint {
                 );
             }
             let t = &spec.target;
-            if t.url.is_none()
+            if t.is_simulated()
                 && let Some(setup) = simulated_setup(&t.simulated.clone().unwrap_or_default(), None)
                 && !setup.prefix_caching
             {
@@ -465,7 +516,7 @@ impl Lint {
             }
         }
 
-        if spec.target.url.is_some() && spec.target.model.is_none() {
+        if !spec.target.is_simulated() && spec.target.model.is_none() {
             self.warning(
                 "spec.target.model",
                 format!(
@@ -722,6 +773,74 @@ mod tests {
         }
         let f = lint_with(|s, _| s.reporting.statistics = vec![Statistic::Mean, Statistic::P99]);
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn service_targets_are_checked() {
+        use crate::api::ServiceTarget;
+        let service = |name: &str, port: i32, namespace: Option<&str>| ServiceTarget {
+            name: name.into(),
+            port,
+            namespace: namespace.map(str::to_owned),
+        };
+        let f = lint_with(|s, _| {
+            s.target.service = Some(service("qwen-7b", 8000, Some("llm")));
+            s.target.model = Some("qwen".into());
+        });
+        assert!(f.is_empty(), "{f:?}");
+        // Not the simulated engine: the model name is the manifest's unless given.
+        let f = lint_with(|s, _| s.target.service = Some(service("qwen-7b", 8000, None)));
+        assert_eq!(warnings(&f), ["spec.target.model"]);
+
+        let f = lint_with(|s, _| {
+            s.target.service = Some(service("Qwen_7b", 0, Some("-llm")));
+            s.target.model = Some("qwen".into());
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.target.service.name",
+                "spec.target.service.port",
+                "spec.target.service.namespace"
+            ]
+        );
+        assert!(f[1].message.contains("1 to 65535"), "{}", f[1].message);
+
+        // At most one of url, service and simulated (the CRD's rule, also checked locally).
+        let f = lint_with(|s, _| {
+            s.target.url = Some("http://x:8000".into());
+            s.target.service = Some(service("qwen-7b", 8000, None));
+            s.target.simulated = Some(SimulatedTarget {
+                replicas: 0,
+                ..SimulatedTarget::default()
+            });
+            s.target.model = Some("qwen".into());
+        });
+        // The simulated setup is not linted: it is not what would run.
+        assert_eq!(errors(&f), ["spec.target"]);
+        assert!(
+            f[0].message
+                .starts_with("url, service and simulated are set: give one"),
+            "{}",
+            f[0].message
+        );
+        let f = lint_with(|s, _| {
+            s.target.service = Some(service("qwen-7b", 8000, None));
+            s.target.simulated = Some(SimulatedTarget::default());
+            s.target.model = Some("qwen".into());
+        });
+        assert_eq!(errors(&f), ["spec.target"]);
+        assert!(f[0].message.starts_with("service and simulated are set"));
+    }
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "qwen-7b", "a1", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "7b", "Qwen", "a_b", "a-", "a.b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_saphyr::granit_parser::{Event, Marker, Parser, Span};
 
 use super::lint::{lint, lint_spec, manifest_path};
 use super::{CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus};
@@ -135,7 +136,7 @@ pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, Bench
             path: path.to_path_buf(),
             message,
         })?;
-    let doc: Document = from_yaml(yaml).map_err(parse_error)?;
+    let doc: Document = from_yaml_strict(yaml).map_err(parse_error)?;
     let benchmark = CapacityBenchmark {
         metadata: doc.metadata,
         spec: doc.spec,
@@ -153,6 +154,20 @@ pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, Bench
         });
     }
     let spec = &benchmark.spec;
+    if let Some(svc) = &spec.target.service {
+        findings.push(Finding {
+            severity: Severity::Error,
+            path: "spec.target.service".into(),
+            message: format!(
+                "Service `{}` is resolved by the operator in a cluster; locally give url \
+                 instead (for example `http://localhost:{port}` with `kubectl port-forward \
+                 svc/{} {port}:{port}`)",
+                svc.name,
+                svc.name,
+                port = svc.port
+            ),
+        });
+    }
     let resolved = resolve_manifest(spec, path, &mut findings);
     let manifest = match resolved {
         Some(mut manifest) => {
@@ -305,10 +320,11 @@ impl Header {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Document {
+    // Checked by `Header`; read as strings so that the strict parse sees no ignored value.
     #[serde(rename = "apiVersion")]
-    _api_version: IgnoredAny,
+    _api_version: String,
     #[serde(rename = "kind")]
-    _kind: IgnoredAny,
+    _kind: String,
     #[serde(default)]
     metadata: ObjectMeta,
     spec: CapacityBenchmarkSpec,
@@ -317,18 +333,39 @@ struct Document {
 }
 
 /// Deserializes YAML; the error names the field path (`spec.experiments.rateSweep.rates[1]`)
-/// and carries the parser's line and column, all on one line.
+/// and carries the parser's line and column, all on one line. Fields the types do not know
+/// are ignored, as the types do.
 fn from_yaml<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
+    parse_yaml(yaml).map(|(value, _)| value)
+}
+
+/// [`from_yaml`], and a field the types do not know is an error too, named like a parse
+/// error (path, line, column). The custom-resource types ignore unknown fields so that an
+/// operator older than its CRD still reads newer objects; a benchmark file read here is
+/// checked strictly, so that a misspelt field is not silently dropped.
+fn from_yaml_strict<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
+    let (value, unknown) = parse_yaml(yaml)?;
+    match unknown.first() {
+        Some(path) => Err(unknown_field_message(yaml, path)),
+        None => Ok(value),
+    }
+}
+
+/// The value and the paths of the fields it ignored, in document order.
+fn parse_yaml<T: DeserializeOwned>(yaml: &str) -> Result<(T, Vec<FieldPath>), String> {
     let mut field = String::new();
+    let mut unknown = Vec::new();
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false; // one line per error: `lint` prints one line per finding
     let parsed = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
+        let mut ignored = |path: serde_ignored::Path| unknown.push(FieldPath::from(&path));
+        let de = serde_ignored::Deserializer::new(de, &mut ignored);
         serde_path_to_error::deserialize(de).map_err(|e| {
             field = e.path().to_string();
             e.into_inner()
         })
     });
-    parsed.map_err(|e| {
+    let value = parsed.map_err(|e| {
         let text = e.to_string();
         let message = one_line(text.strip_prefix("error: ").unwrap_or(&text));
         if field.is_empty() || field == "." {
@@ -336,7 +373,179 @@ fn from_yaml<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
         } else {
             format!("field `{field}`: {message}")
         }
-    })
+    })?;
+    Ok((value, unknown))
+}
+
+/// One step of a field path.
+#[derive(Clone, Debug, PartialEq)]
+enum Segment {
+    /// A mapping key.
+    Key(String),
+    /// A sequence index.
+    Index(usize),
+}
+
+/// Where a field is: `spec.experiments.rateSweeps`, `spec.workload.manifest.workload[1].mix`.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct FieldPath(Vec<Segment>);
+
+impl From<&serde_ignored::Path<'_>> for FieldPath {
+    fn from(path: &serde_ignored::Path<'_>) -> Self {
+        fn push(path: &serde_ignored::Path<'_>, out: &mut Vec<Segment>) {
+            match path {
+                serde_ignored::Path::Root => {}
+                serde_ignored::Path::Seq { parent, index } => {
+                    push(parent, out);
+                    out.push(Segment::Index(*index));
+                }
+                serde_ignored::Path::Map { parent, key } => {
+                    push(parent, out);
+                    out.push(Segment::Key(key.clone()));
+                }
+                serde_ignored::Path::Some { parent }
+                | serde_ignored::Path::NewtypeStruct { parent }
+                | serde_ignored::Path::NewtypeVariant { parent } => push(parent, out),
+            }
+        }
+        let mut out = Vec::new();
+        push(path, &mut out);
+        FieldPath(out)
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, segment) in self.0.iter().enumerate() {
+            match segment {
+                Segment::Key(key) if i == 0 => write!(f, "{key}")?,
+                Segment::Key(key) => write!(f, ".{key}")?,
+                Segment::Index(index) => write!(f, "[{index}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `field `spec.x.y`: unknown field `y`, expected one of a, b at line L, column C`, worded
+/// as the parser words an unknown field of a strict type. The expected fields come from the
+/// CRD's schema; the line and column from the YAML events (both left out when not found).
+fn unknown_field_message(yaml: &str, path: &FieldPath) -> String {
+    let name = match path.0.last() {
+        Some(Segment::Key(key)) => key.clone(),
+        Some(Segment::Index(index)) => index.to_string(),
+        None => String::new(),
+    };
+    let mut message = format!("field `{path}`: unknown field `{name}`");
+    let expected = expected_fields(&path.0[..path.0.len().saturating_sub(1)]);
+    if !expected.is_empty() {
+        message.push_str(&format!(", expected one of {}", expected.join(", ")));
+    }
+    if let Some((line, column)) = key_location(yaml, &path.0) {
+        message.push_str(&format!(" at line {line}, column {column}"));
+    }
+    message
+}
+
+/// The fields the CRD's schema allows at `parent` (a path into the document), in the
+/// schema's (alphabetical) order; empty where the schema lists none.
+fn expected_fields(parent: &[Segment]) -> Vec<String> {
+    let Ok(crd) = serde_json::to_value(CapacityBenchmark::crd()) else {
+        return Vec::new();
+    };
+    let mut schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    for segment in parent {
+        schema = match segment {
+            Segment::Key(key) => &schema["properties"][key.as_str()],
+            Segment::Index(_) => &schema["items"],
+        };
+    }
+    schema["properties"]
+        .as_object()
+        .map(|props| props.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Line and column (both from 1) of the key at `path` in the first YAML document, or of the
+/// item when the path ends in an index. `None` when the path runs through an alias or a
+/// merge key, or the YAML does not parse.
+fn key_location(yaml: &str, path: &[Segment]) -> Option<(usize, usize)> {
+    let mut events = Parser::new_from_str(yaml)
+        .map_while(Result::ok)
+        .filter(|(event, _)| {
+            matches!(
+                event,
+                Event::Scalar(..)
+                    | Event::Alias(..)
+                    | Event::MappingStart(..)
+                    | Event::MappingEnd
+                    | Event::SequenceStart(..)
+                    | Event::SequenceEnd
+            )
+        });
+    let (root, _) = events.next()?;
+    let at = locate(root, &mut events, path)?;
+    Some((at.line(), at.col() + 1))
+}
+
+/// Walks the node whose first event is `node` down `path`: the start of the key (or the
+/// item) the path ends at.
+fn locate<'a>(
+    node: Event<'a>,
+    events: &mut impl Iterator<Item = (Event<'a>, Span)>,
+    path: &[Segment],
+) -> Option<Marker> {
+    let (step, rest) = path.split_first()?;
+    let (child, at) = match (node, step) {
+        (Event::MappingStart(..), Segment::Key(want)) => loop {
+            match events.next()? {
+                (Event::MappingEnd, _) => return None,
+                (Event::Scalar(key, ..), span) if key == want.as_str() => {
+                    break (events.next()?.0, span.start);
+                }
+                (key, _) => {
+                    skip(&key, events);
+                    let (value, _) = events.next()?;
+                    skip(&value, events);
+                }
+            }
+        },
+        (Event::SequenceStart(..), Segment::Index(want)) => {
+            for _ in 0..*want {
+                let (item, _) = events.next()?;
+                if matches!(item, Event::SequenceEnd) {
+                    return None;
+                }
+                skip(&item, events);
+            }
+            match events.next()? {
+                (Event::SequenceEnd, _) => return None,
+                (item, span) => (item, span.start),
+            }
+        }
+        _ => return None,
+    };
+    if rest.is_empty() {
+        Some(at)
+    } else {
+        locate(child, events, rest)
+    }
+}
+
+/// Consumes the rest of a node whose first event is `first`.
+fn skip<'a>(first: &Event<'a>, events: &mut impl Iterator<Item = (Event<'a>, Span)>) {
+    let mut depth = usize::from(matches!(
+        first,
+        Event::MappingStart(..) | Event::SequenceStart(..)
+    ));
+    while depth > 0 {
+        match events.next() {
+            Some((Event::MappingStart(..) | Event::SequenceStart(..), _)) => depth += 1,
+            Some((Event::MappingEnd | Event::SequenceEnd, _)) => depth -= 1,
+            Some(_) => {}
+            None => return,
+        }
+    }
 }
 
 /// Joins a multi-line message into one line.
@@ -384,30 +593,151 @@ mod tests {
             Some("capacitybenchmarks.goodput.dev")
         );
         assert_eq!(crd.spec.scope, "Namespaced");
-        assert_eq!(crd.spec.names.short_names, Some(vec!["cbench".to_string()]));
+        assert_eq!(
+            crd.spec.names.short_names,
+            Some(vec!["cb".to_string(), "cbench".to_string()])
+        );
         let [version] = crd.spec.versions.as_slice() else {
             panic!("one version");
         };
         assert_eq!(version.name, "v1alpha1");
         assert!(version.served && version.storage);
-        let columns: Vec<(&str, &str)> = version
+        let columns: Vec<(&str, &str, &str)> = version
             .additional_printer_columns
             .iter()
             .flatten()
-            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
             .collect();
         assert_eq!(
             columns,
             [
-                ("Phase", ".status.phase"),
-                ("Capacity", ".status.capacityRps"),
-                ("Per-replica", ".status.capacityPerReplicaRps"),
-                ("Replicas", ".status.requiredReplicas"),
-                ("Age", ".metadata.creationTimestamp"),
+                ("Target", "string", ".status.target"),
+                ("Phase", "string", ".status.phase"),
+                ("Point", "string", ".status.currentPoint.label"),
+                ("Capacity", "number", ".status.capacityRps"),
+                ("Per-replica", "number", ".status.capacityPerReplicaRps"),
+                ("Replicas", "integer", ".status.requiredReplicas"),
+                ("Age", "date", ".metadata.creationTimestamp"),
             ]
         );
         let subresources = version.subresources.as_ref().expect("subresources");
         assert!(subresources.status.is_some());
+    }
+
+    /// The schema as `kubectl explain` and the API server see it.
+    fn schema() -> serde_json::Value {
+        let crd = serde_json::to_value(CapacityBenchmark::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn the_crd_describes_itself_instead_of_kubes_placeholder() {
+        let schema = schema();
+        let description = schema["description"].as_str().unwrap();
+        assert!(
+            description.starts_with("CapacityBenchmark measures how many requests per second"),
+            "{description}"
+        );
+        assert!(!description.contains("Auto-generated"), "{description}");
+        let service =
+            &schema["properties"]["spec"]["properties"]["target"]["properties"]["service"];
+        assert!(
+            service["properties"]["namespace"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("Default: the benchmark's namespace")
+        );
+        assert_eq!(service["properties"]["port"]["type"], "integer");
+        assert_eq!(service["properties"]["port"]["minimum"], 1.0);
+        assert_eq!(service["properties"]["port"]["maximum"], 65535.0);
+        assert_eq!(service["required"], serde_json::json!(["name", "port"]));
+    }
+
+    #[test]
+    fn conditions_merge_by_type() {
+        let schema = schema();
+        let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["type"], "array");
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            conditions["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
+        // A list-map key must be required in the items (the API server refuses the CRD
+        // otherwise).
+        let required = conditions["items"]["required"].as_array().unwrap();
+        assert!(
+            required.contains(&serde_json::json!("type")),
+            "{required:?}"
+        );
+    }
+
+    #[test]
+    fn the_crd_carries_the_cel_rules() {
+        let schema = schema();
+        let spec = &schema["properties"]["spec"]["properties"];
+        let rules = |at: &serde_json::Value| -> Vec<(String, String)> {
+            at["x-kubernetes-validations"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no rules: {at}"))
+                .iter()
+                .map(|r| {
+                    (
+                        r["rule"].as_str().unwrap().to_owned(),
+                        r["message"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        };
+        let target = rules(&spec["target"]);
+        assert_eq!(target.len(), 1);
+        for field in ["self.url", "self.service", "self.simulated"] {
+            assert!(target[0].0.contains(&format!("has({field})")), "{target:?}");
+        }
+        assert!(target[0].0.ends_with("<= 1"), "{target:?}");
+        assert_eq!(
+            target[0].1,
+            "give at most one of url, service and simulated"
+        );
+        let workload = rules(&spec["workload"]);
+        assert_eq!(workload.len(), 1);
+        for field in [
+            "self.manifest",
+            "self.manifestFile",
+            "self.manifestConfigMap",
+        ] {
+            assert!(
+                workload[0].0.contains(&format!("has({field})")),
+                "{workload:?}"
+            );
+        }
+        assert!(workload[0].0.ends_with("== 1"), "{workload:?}");
+        assert_eq!(
+            workload[0].1,
+            "give exactly one of manifest, manifestFile and manifestConfigMap"
+        );
+    }
+
+    #[test]
+    fn the_status_schema_names_phases_and_point_kinds() {
+        let schema = schema();
+        let status = &schema["properties"]["status"]["properties"];
+        assert_eq!(
+            status["phase"]["enum"],
+            serde_json::json!(["Pending", "Running", "Succeeded", "Failed"])
+        );
+        let point = &status["points"]["items"]["properties"];
+        assert_eq!(
+            point["kind"]["enum"],
+            serde_json::json!(["saturation", "rate"])
+        );
+        assert_eq!(point["cache"]["enum"], serde_json::json!(["cold", "warm"]));
+        assert_eq!(
+            status["currentPoint"]["properties"]["startedAt"]["format"],
+            "date-time"
+        );
+        // Nothing in the status is required at the top: a partial status is valid.
+        assert!(schema["properties"]["status"].get("required").is_none());
     }
 
     /// Kubernetes accepts only structural schemas: every node typed (or preserving unknown
@@ -580,6 +910,101 @@ mod tests {
             msg.contains("field `spec.workload.manifest.workload[1].mix`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_path_line_and_the_expected_fields() {
+        let bad = VALID.replace("    rateSweep: {", "    rateSweeps: {");
+        let err = parse(&bad).unwrap_err();
+        let msg = err.message();
+        assert!(
+            msg.starts_with("field `spec.experiments.rateSweeps`: unknown field `rateSweeps`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("expected one of cacheModes, coldPrompts"),
+            "{msg}"
+        );
+        assert!(msg.contains("rateSweep, saturation"), "{msg}");
+        let line = 1 + VALID
+            .lines()
+            .position(|l| l.starts_with("    rateSweep: {"))
+            .unwrap();
+        assert!(msg.ends_with(&format!("at line {line}, column 5")), "{msg}");
+
+        // In metadata (the Kubernetes type ignores them too) and in the status.
+        let bad = VALID.replace(
+            "  name: seed-70b-inline\n",
+            "  name: seed-70b-inline\n  lables: {}\n",
+        );
+        let msg = parse(&bad).unwrap_err().message();
+        assert!(
+            msg.starts_with("field `metadata.lables`: unknown field `lables`"),
+            "{msg}"
+        );
+        assert!(msg.ends_with("at line 6, column 3"), "{msg}");
+        let with_status = format!(
+            "{VALID}status:\n  phase: Running\n  points:\n  - {{cache: cold, kind: rate, offeredRps: 1, verdictt: pass}}\n"
+        );
+        let msg = parse(&with_status).unwrap_err().message();
+        assert!(
+            msg.starts_with("field `status.points[0].verdictt`: unknown field `verdictt`"),
+            "{msg}"
+        );
+        assert!(msg.contains("expected one of achievedRps, cache"), "{msg}");
+        // Without the typo the status reads.
+        let loaded = parse(&with_status.replace("verdictt", "verdict")).unwrap();
+        let status = loaded.benchmark.status.unwrap();
+        assert_eq!(status.phase, Some(crate::api::Phase::Running));
+        assert_eq!(status.points[0].verdict, "pass");
+    }
+
+    #[test]
+    fn the_wire_types_ignore_unknown_fields() {
+        // What an operator older than its CRD does with a newer object: reads it.
+        let mut value: serde_json::Value = serde_saphyr::from_str(VALID).unwrap();
+        value["spec"]["experiments"]["newExperiment"] = serde_json::json!({"x": 1});
+        value["spec"]["target"]["newTargetField"] = serde_json::json!(true);
+        let cb: CapacityBenchmark = serde_json::from_value(value).unwrap();
+        assert_eq!(cb.metadata.name.as_deref(), Some("seed-70b-inline"));
+    }
+
+    #[test]
+    fn a_service_target_needs_the_operator() {
+        let svc = VALID.replace(
+            "    url: http://vllm.llm.svc:8000\n",
+            "    service: {name: qwen-7b, port: 8000}\n",
+        );
+        let loaded = parse(&svc).unwrap();
+        assert_eq!(paths(loaded.errors()), ["spec.target.service"]);
+        let message = &loaded.errors().next().unwrap().message;
+        assert!(message.contains("resolved by the operator"), "{message}");
+        assert!(message.contains("give url"), "{message}");
+        assert!(
+            message.contains("kubectl port-forward svc/qwen-7b 8000:8000"),
+            "{message}"
+        );
+        assert_eq!(loaded.benchmark.spec.target.printable(), "svc/qwen-7b");
+        // A URL target (the fixture) is unchanged.
+        let loaded = parse(VALID).unwrap();
+        assert!(!loaded.has_errors(), "{:?}", loaded.findings);
+        assert_eq!(
+            loaded.benchmark.spec.target.printable(),
+            "http://vllm.llm.svc:8000"
+        );
+    }
+
+    #[test]
+    fn the_examples_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for name in [
+            "examples/capacity-benchmark.yaml",
+            "examples/capacity-benchmark-simulated-cluster.yaml",
+        ] {
+            let loaded = load_benchmark(&root.join(name)).unwrap();
+            assert!(!loaded.has_errors(), "{name}: {:?}", loaded.findings);
+            assert_eq!(loaded.benchmark.spec.target.printable(), "simulated");
+        }
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //! runs locally and what the operator reconciles in a cluster.
 
 mod capacity_benchmark;
+pub mod conditions;
 pub mod lint;
 mod load;
+mod status;
 
 pub use capacity_benchmark::*;
 pub use load::*;
+pub use status::*;
 
 /// API group of every goodput custom resource.
 pub const GROUP: &str = "goodput.dev";

@@ -541,7 +541,7 @@ mod tests {
         assert!(t.status, "status subresource on");
         assert!(t.scale.is_none());
         assert_eq!(t.generation, GenerationRule::Spec);
-        assert_eq!(t.short_names, ["cbench"]);
+        assert_eq!(t.short_names, ["cb", "cbench"]);
         assert_eq!(t.storage_version, "v1alpha1");
         assert_eq!(t.schema.as_ref().unwrap()["type"], "object");
         let cols: Vec<(&str, &str)> = t
@@ -552,7 +552,9 @@ mod tests {
         assert_eq!(
             cols,
             [
+                ("Target", "string"),
                 ("Phase", "string"),
+                ("Point", "string"),
                 ("Capacity", "number"),
                 ("Per-replica", "number"),
                 ("Replicas", "integer"),
@@ -560,11 +562,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            t.printer_columns[1].description,
+            t.printer_columns[3].description,
             "Highest passing offered rate (RPS)"
         );
         assert!(
-            matches!(&t.printer_columns[0].value, ColumnValue::JsonPath(p) if p == ".status.phase")
+            matches!(&t.printer_columns[1].value, ColumnValue::JsonPath(p) if p == ".status.phase")
         );
     }
 

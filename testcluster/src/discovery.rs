@@ -526,7 +526,7 @@ mod tests {
         let rl = api_resource_list(&reg, "goodput.dev", "v1alpha1").unwrap();
         let cb = find(&rl["resources"], "capacitybenchmarks");
         assert_eq!(cb["kind"], "CapacityBenchmark");
-        assert_eq!(cb["shortNames"], json!(["cbench"]));
+        assert_eq!(cb["shortNames"], json!(["cb", "cbench"]));
         assert_eq!(
             find(&rl["resources"], "capacitybenchmarks/status")["verbs"],
             json!(SUBRESOURCE_VERBS)

@@ -49,7 +49,9 @@ async fn apply_get_explain_and_describe_our_crd() {
         header,
         [
             "NAME",
+            "TARGET",
             "PHASE",
+            "POINT",
             "CAPACITY",
             "PER-REPLICA",
             "REPLICAS",

@@ -1,0 +1,257 @@
+//! The condition types and reasons of a `CapacityBenchmark`'s `status.conditions`, and
+//! setting one condition in a list the way Kubernetes does (`meta.SetStatusCondition`):
+//! one entry per type, `lastTransitionTime` moved only when the status flips, and the
+//! generation the condition was computed from recorded on it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Summary: `True` once the benchmark has its result (capacity and plan).
+pub const READY: &str = "Ready";
+/// `True` while points are being measured.
+pub const PROGRESSING: &str = "Progressing";
+/// `True` when the spec passed validation (the lint, with the manifest resolved).
+pub const SPEC_VALID: &str = "SpecValid";
+/// `True` when the target answers: the Service has ready endpoints, or the URL responds.
+pub const TARGET_REACHABLE: &str = "TargetReachable";
+
+/// The one-word `reason` of a condition.
+pub mod reason {
+    /// Every point ran and the capacity was decided.
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// Points are being measured.
+    pub const RUNNING: &str = "Running";
+    /// The benchmark has not started yet.
+    pub const PENDING: &str = "Pending";
+    /// The spec passed validation.
+    pub const VALID: &str = "Valid";
+    /// The spec breaks a rule; the message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The workload manifest could not be read (ConfigMap or key missing, not a manifest).
+    pub const MANIFEST_NOT_FOUND: &str = "ManifestNotFound";
+    /// The target answered.
+    pub const REACHABLE: &str = "Reachable";
+    /// The target Service does not exist.
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// The target Service exists but has no ready endpoints.
+    pub const NO_READY_ENDPOINTS: &str = "NoReadyEndpoints";
+    /// The target is being waited for (deploying, starting).
+    pub const WAITING_FOR_TARGET: &str = "WaitingForTarget";
+    /// A point could not be measured (its Job failed); not a verdict on the target.
+    pub const POINT_FAILED: &str = "PointFailed";
+    /// The spec changed during the run; the run starts over for the new generation.
+    pub const SPEC_CHANGED: &str = "SpecChanged";
+    /// Every point ran, yet no offered rate passed the gate: no capacity.
+    pub const NO_PASSING_RATE: &str = "NoPassingRate";
+}
+
+/// The `status` of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Not known yet (the first visit).
+    Unknown,
+}
+
+impl Status {
+    /// `True`, `False` or `Unknown`, as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(holds: bool) -> Self {
+        if holds { Status::True } else { Status::False }
+    }
+}
+
+/// A condition as computed now: `now` is its `lastTransitionTime` should it be new or its
+/// status flip, and `generation` the `metadata.generation` it was computed from.
+pub fn new(
+    type_: &str,
+    status: Status,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.as_str().to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time: now,
+    }
+}
+
+/// Sets `condition` in `conditions`, replacing the entry of its type (other types are left
+/// as they are, in place) or appending it. The old `lastTransitionTime` is kept when the
+/// status did not change; `reason`, `message` and `observedGeneration` always take the new
+/// values. Returns whether anything other than a timestamp changed, so that a caller can
+/// skip a no-op status write.
+pub fn set(conditions: &mut Vec<Condition>, condition: Condition) -> bool {
+    let Some(old) = conditions.iter_mut().find(|c| c.type_ == condition.type_) else {
+        conditions.push(condition);
+        return true;
+    };
+    let last_transition_time = if old.status == condition.status {
+        old.last_transition_time.clone()
+    } else {
+        condition.last_transition_time.clone()
+    };
+    let changed = old.status != condition.status
+        || old.reason != condition.reason
+        || old.message != condition.message
+        || old.observed_generation != condition.observed_generation;
+    *old = Condition {
+        last_transition_time,
+        ..condition
+    };
+    changed
+}
+
+/// The condition of type `type_`, if set.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of type `type_` is set and `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == Status::True.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    #[test]
+    fn set_appends_a_new_type_and_replaces_an_existing_one_in_place() {
+        let mut list = Vec::new();
+        assert!(set(
+            &mut list,
+            new(SPEC_VALID, Status::True, reason::VALID, "", Some(1), at(10))
+        ));
+        assert!(set(
+            &mut list,
+            new(READY, Status::Unknown, reason::PENDING, "", Some(1), at(10))
+        ));
+        assert!(set(
+            &mut list,
+            new(
+                SPEC_VALID,
+                Status::False,
+                reason::INVALID_SPEC,
+                "bad",
+                Some(2),
+                at(20)
+            )
+        ));
+        let types: Vec<&str> = list.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [SPEC_VALID, READY], "one entry per type, order kept");
+        let spec = find(&list, SPEC_VALID).unwrap();
+        assert_eq!(spec.status, "False");
+        assert_eq!(spec.reason, reason::INVALID_SPEC);
+        assert_eq!(spec.message, "bad");
+        assert_eq!(spec.observed_generation, Some(2));
+        assert_eq!(spec.last_transition_time, at(20), "the status flipped");
+        assert_eq!(find(&list, READY).unwrap().last_transition_time, at(10));
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_when_the_status_flips() {
+        let mut list = vec![new(
+            PROGRESSING,
+            Status::True,
+            reason::RUNNING,
+            "cold rate 18.0",
+            Some(3),
+            at(100),
+        )];
+        // Same status, new message and generation: the time stays, the rest is updated.
+        assert!(set(
+            &mut list,
+            new(
+                PROGRESSING,
+                Status::True,
+                reason::RUNNING,
+                "cold rate 24.0",
+                Some(4),
+                at(200)
+            )
+        ));
+        assert_eq!(list[0].last_transition_time, at(100));
+        assert_eq!(list[0].message, "cold rate 24.0");
+        assert_eq!(list[0].observed_generation, Some(4));
+        // Nothing but the clock changed: reported as no change, time still kept.
+        assert!(!set(
+            &mut list,
+            new(
+                PROGRESSING,
+                Status::True,
+                reason::RUNNING,
+                "cold rate 24.0",
+                Some(4),
+                at(300)
+            )
+        ));
+        assert_eq!(list[0].last_transition_time, at(100));
+        // The status flips: the time moves.
+        assert!(set(
+            &mut list,
+            new(
+                PROGRESSING,
+                Status::False,
+                reason::SUCCEEDED,
+                "done",
+                Some(4),
+                at(400)
+            )
+        ));
+        assert_eq!(list[0].last_transition_time, at(400));
+        assert_eq!(list.len(), 1);
+    }
+
+    #[test]
+    fn find_and_is_true() {
+        let list = vec![
+            new(
+                READY,
+                Status::from(true),
+                reason::SUCCEEDED,
+                "",
+                None,
+                at(1),
+            ),
+            new(
+                TARGET_REACHABLE,
+                Status::from(false),
+                reason::NO_READY_ENDPOINTS,
+                "",
+                None,
+                at(1),
+            ),
+        ];
+        assert_eq!(
+            find(&list, READY).map(|c| c.reason.as_str()),
+            Some("Succeeded")
+        );
+        assert!(find(&list, PROGRESSING).is_none());
+        assert!(is_true(&list, READY));
+        assert!(!is_true(&list, TARGET_REACHABLE));
+        assert!(!is_true(&list, PROGRESSING), "absent is not true");
+        assert_eq!(list[1].status, "False");
+    }
+}

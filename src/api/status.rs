@@ -1,0 +1,345 @@
+//! `CapacityBenchmarkStatus`: what the operator (or `goodput bench`) found, told so that
+//! `kubectl get cb` and `kubectl describe cb` read as the story of the run: where it is
+//! (`phase`, `currentPoint`), what each finished point showed (`points`), and the answer
+//! (`capacityRps`, `requiredReplicas`).
+//!
+//! Every field is optional or defaulted, and no type refuses unknown fields, so an operator
+//! older than its CRD still reads the objects a newer one wrote. The status stays small
+//! (etcd objects are limited to about 1.5 MiB): a point keeps at most
+//! [`FinishedPoint::MAX_REASONS`] reasons of at most [`FinishedPoint::MAX_REASON_CHARS`]
+//! characters, and bulk results (per-request records, per-class tables) live in ConfigMaps
+//! that the points name.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::CacheModeName;
+
+/// What the operator (or `goodput bench`) found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBenchmarkStatus {
+    /// Where the benchmark is (see [`Phase`]).
+    // In the CRD an optional enum's description is the enum's own, so `Phase` holds the
+    // text `kubectl explain` shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Progressing`, `SpecValid` and `TargetReachable`, one entry per type, each
+    /// with a one-word reason and a message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The server under test, as printed: `svc/<name>`, the URL, or `simulated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The point being measured now; absent between points and once the run has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_point: Option<CurrentPoint>,
+    /// Every finished point, in the order run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<FinishedPoint>,
+    /// Capacity per cache mode (never averaged across modes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modes: Vec<ModeCapacity>,
+    /// Highest passing offered rate (requests per second) of the plan's cache mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_rps: Option<f64>,
+    /// Capacity divided by the replicas under test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_per_replica_rps: Option<f64>,
+    /// Replicas for the forecast peak (`spec.peak`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_replicas: Option<u32>,
+    /// What the target said it runs (engine, version, model), read from it during the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<ResolvedIdentity>,
+    /// Where the capacity pack (reports and per-point results) is, e.g. a ConfigMap name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
+}
+
+/// Where the benchmark is: `Pending` (not started: waiting for a valid spec or its target),
+/// `Running`, `Succeeded` (every point ran; the capacity and the plan are here) or `Failed`
+/// (stopped without a result). The conditions say why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    /// Accepted, not started: waiting for a valid spec or a reachable target.
+    Pending,
+    /// Points are being measured.
+    Running,
+    /// Every point ran; the capacity and the plan are in the status.
+    Succeeded,
+    /// The benchmark stopped without a result; the conditions say why.
+    Failed,
+}
+
+/// The kind of experiment a point belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PointKind {
+    /// Closed loop at a fixed concurrency: finds the knee, never a capacity.
+    Saturation,
+    /// Open loop at an offered rate: the only experiment that validates a capacity.
+    Rate,
+}
+
+/// The point being measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentPoint {
+    /// The point as people say it: `cold rate 18.0`, `warm saturation c=16`.
+    #[serde(default)]
+    pub label: String,
+    /// The cache state.
+    pub cache: CacheModeName,
+    /// Saturation (closed loop) or rate (open loop).
+    pub kind: PointKind,
+    /// Requests in flight (saturation points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Offered arrival rate, requests per second (rate points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_rps: Option<f64>,
+    /// Which run of the point (0-based) among `spec.repeats`.
+    #[serde(default)]
+    pub repeat: u32,
+    /// The Job that sends the point's load.
+    #[serde(default)]
+    pub job: String,
+    /// When the point's load started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+}
+
+impl CurrentPoint {
+    /// The label of a point: `cold rate 18.0`, `warm saturation c=16`; `cold rate` or
+    /// `warm saturation` when the level is unknown.
+    pub fn label_for(
+        cache: CacheModeName,
+        kind: PointKind,
+        concurrency: Option<u32>,
+        offered_rps: Option<f64>,
+    ) -> String {
+        let cache = match cache {
+            CacheModeName::Cold => "cold",
+            CacheModeName::Warm => "warm",
+        };
+        match (kind, concurrency, offered_rps) {
+            (PointKind::Saturation, Some(c), _) => format!("{cache} saturation c={c}"),
+            (PointKind::Saturation, None, _) => format!("{cache} saturation"),
+            (PointKind::Rate, _, Some(rps)) => format!("{cache} rate {rps:.1}"),
+            (PointKind::Rate, _, None) => format!("{cache} rate"),
+        }
+    }
+}
+
+/// One finished run of one point, and its verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FinishedPoint {
+    /// The cache state.
+    pub cache: CacheModeName,
+    /// Saturation (closed loop) or rate (open loop).
+    pub kind: PointKind,
+    /// Requests in flight (saturation points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Offered arrival rate, requests per second (rate points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_rps: Option<f64>,
+    /// Which run of the point (0-based) among `spec.repeats`.
+    #[serde(default)]
+    pub repeat: u32,
+    /// Completed requests per second.
+    #[serde(default)]
+    pub achieved_rps: f64,
+    /// Failed requests as a fraction of those sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<f64>,
+    /// The class furthest from its SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weakest_class: Option<String>,
+    /// That class's SLO attainment (fraction of its requests within both latency cutoffs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weakest_attainment: Option<f64>,
+    /// That class's successful requests (the sample rule's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weakest_successes: Option<u64>,
+    /// The queue's trend over the point: `flat`, `growing`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_trend: Option<String>,
+    /// Saturation points: every class met its SLOs.
+    #[serde(default)]
+    pub slos_met: bool,
+    /// The point is evidence: enough samples, the load generator kept its schedule, the
+    /// cache state was what it claims.
+    #[serde(default)]
+    pub valid: bool,
+    /// `pass`, `fail`, `exploratory` (a saturation point: never a capacity) or `invalid`.
+    #[serde(default)]
+    pub verdict: String,
+    /// Why the verdict, most important first; at most 5, each at most 300 characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// The ConfigMap holding the point's full results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_config_map: Option<String>,
+}
+
+impl FinishedPoint {
+    /// Verdict of a rate point that passed the gate.
+    pub const PASS: &'static str = "pass";
+    /// Verdict of a rate point that failed the gate.
+    pub const FAIL: &'static str = "fail";
+    /// Verdict of a saturation point: it locates the knee and never validates a rate.
+    pub const EXPLORATORY: &'static str = "exploratory";
+    /// Verdict of a point that is no evidence either way.
+    pub const INVALID: &'static str = "invalid";
+    /// Most reasons one point keeps in the status.
+    pub const MAX_REASONS: usize = 5;
+    /// Most characters of one reason in the status.
+    pub const MAX_REASON_CHARS: usize = 300;
+
+    /// The reasons as the status keeps them: the first [`Self::MAX_REASONS`], each cut to
+    /// [`Self::MAX_REASON_CHARS`] characters (ending in `…` when cut), and a last one saying
+    /// how many were left out. The full list belongs in the point's ConfigMap.
+    pub fn bounded_reasons(reasons: Vec<String>) -> Vec<String> {
+        let total = reasons.len();
+        let keep = if total > Self::MAX_REASONS {
+            Self::MAX_REASONS - 1
+        } else {
+            total
+        };
+        let mut out: Vec<String> = reasons
+            .into_iter()
+            .take(keep)
+            .map(|r| cut(r, Self::MAX_REASON_CHARS))
+            .collect();
+        if total > keep {
+            out.push(format!(
+                "and {} more (see the point's ConfigMap)",
+                total - keep
+            ));
+        }
+        out
+    }
+}
+
+/// `text` cut to at most `max` characters, ending in `…` when cut.
+fn cut(text: String, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+/// The capacity measured in one cache state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModeCapacity {
+    /// The cache state.
+    pub cache: CacheModeName,
+    /// Highest passing offered rate (requests per second); absent when no rate passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_rps: Option<f64>,
+    /// Capacity divided by the replicas under test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_per_replica_rps: Option<f64>,
+}
+
+/// What the target said it runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedIdentity {
+    /// Engine name, e.g. `vllm`.
+    #[serde(default)]
+    pub engine: String,
+    /// Engine version, when the target reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    /// The model the target serves.
+    #[serde(default)]
+    pub model: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_read_as_people_say_them() {
+        use CacheModeName::{Cold, Warm};
+        let label = CurrentPoint::label_for;
+        assert_eq!(
+            label(Cold, PointKind::Rate, None, Some(18.0)),
+            "cold rate 18.0"
+        );
+        assert_eq!(
+            label(Warm, PointKind::Saturation, Some(16), None),
+            "warm saturation c=16"
+        );
+        assert_eq!(
+            label(Cold, PointKind::Rate, None, Some(7.25)),
+            "cold rate 7.2"
+        );
+        assert_eq!(label(Warm, PointKind::Rate, None, None), "warm rate");
+    }
+
+    #[test]
+    fn reasons_are_bounded_in_count_and_length() {
+        let few = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(FinishedPoint::bounded_reasons(few.clone()), few);
+
+        let exactly: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
+        assert_eq!(FinishedPoint::bounded_reasons(exactly.clone()), exactly);
+
+        let many: Vec<String> = (0..9).map(|i| format!("r{i}")).collect();
+        let kept = FinishedPoint::bounded_reasons(many);
+        assert_eq!(kept.len(), FinishedPoint::MAX_REASONS);
+        assert_eq!(kept[..4], ["r0", "r1", "r2", "r3"]);
+        assert_eq!(kept[4], "and 5 more (see the point's ConfigMap)");
+
+        // Cut by characters, not bytes: a multi-byte character never splits.
+        let long = "é".repeat(400);
+        let kept = FinishedPoint::bounded_reasons(vec![long, "x".repeat(300)]);
+        assert_eq!(kept[0].chars().count(), FinishedPoint::MAX_REASON_CHARS);
+        assert!(kept[0].ends_with('…') && kept[0].starts_with("éé"));
+        assert_eq!(kept[1], "x".repeat(300), "exactly the limit is kept whole");
+    }
+
+    #[test]
+    fn enums_serialize_as_documented() {
+        let json = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        assert_eq!(json(serde_json::json!(Phase::Succeeded)), "Succeeded");
+        assert_eq!(json(serde_json::json!(PointKind::Saturation)), "saturation");
+        assert_eq!(json(serde_json::json!(PointKind::Rate)), "rate");
+    }
+
+    /// An older operator reads a status a newer one wrote: unknown fields are ignored and
+    /// absent ones default.
+    #[test]
+    fn status_reads_unknown_and_missing_fields() {
+        let status: CapacityBenchmarkStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "fromTheFuture": {"x": 1},
+            "currentPoint": {"cache": "warm", "kind": "saturation", "concurrency": 16,
+                             "newField": true},
+            "points": [{"cache": "cold", "kind": "rate", "offeredRps": 18.0}],
+        }))
+        .unwrap();
+        assert_eq!(status.phase, Some(Phase::Running));
+        let current = status.current_point.unwrap();
+        assert_eq!(current.concurrency, Some(16));
+        assert_eq!(current.label, "");
+        let point = &status.points[0];
+        assert_eq!(point.offered_rps, Some(18.0));
+        assert!(!point.valid && point.verdict.is_empty() && point.reasons.is_empty());
+    }
+}
