@@ -10,6 +10,7 @@ pub mod api;
 pub mod bench;
 pub mod engine_metrics;
 pub mod http_client;
+pub mod lease;
 pub mod loadgen;
 pub mod pack;
 pub mod planning;

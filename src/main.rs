@@ -847,12 +847,36 @@ struct LoadgenArgs {
     /// Zipf exponent of prefix popularity (0 = uniform).
     #[arg(long, default_value_t = 1.0)]
     prefix_zipf: f64,
-    /// Directory for requests.csv, summary.json and engine-metrics.json.
-    #[arg(long)]
-    out: PathBuf,
-    /// Send only shard I of N (`I/N`), keeping the global timeline.
+    /// Directory for requests.csv, summary.json and engine-metrics.json (optional with
+    /// --result-config-map).
+    #[arg(long, required_unless_present = "result_config_map")]
+    out: Option<PathBuf>,
+    /// Send only shard I of N (`I/N`), keeping the global timeline; in an Indexed Job,
+    /// `--shard $(JOB_COMPLETION_INDEX)/N`.
     #[arg(long, default_value = "0/1", value_parser = parse_shard)]
     shard: (u32, u32),
+    /// The target is the simulated engine run K times faster than real time (`serve-sim
+    /// --time-scale K`): rates, durations and timeouts are given and reported in real time,
+    /// the run itself is K times faster, exactly as `goodput bench` scales a point.
+    /// --max-lag-ms and --start-at stay wall clock.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Wall-clock instant (Unix seconds, fractions allowed) of the schedule's time zero, so
+    /// that the shards of one point share one timeline. Prewarm happens before it, the
+    /// schedule's warmup after it. An instant already past starts at once and records the
+    /// lateness (the point is invalid when it exceeds --max-lag-ms).
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    start_at: Option<f64>,
+    /// After the run, write the shard's result into this existing ConfigMap (data and
+    /// binaryData; the operator creates it, this command never does), e.g.
+    /// `cb-x-p3-$(JOB_COMPLETION_INDEX)`. Checked before any load is sent; uses the
+    /// in-cluster configuration or KUBECONFIG.
+    #[arg(long, value_name = "NAME", value_parser = parse_config_map_name)]
+    result_config_map: Option<String>,
+    /// Namespace of --result-config-map (default: the pod's own namespace, else the
+    /// kubeconfig's).
+    #[arg(long, value_name = "NS", requires = "result_config_map")]
+    result_namespace: Option<String>,
     /// Endpoint kind: token-id prompts on /v1/completions, or text on /v1/chat/completions.
     #[arg(long, value_enum, default_value = "completions")]
     api: ApiArg,
@@ -892,7 +916,8 @@ struct LoadgenArgs {
     /// Longest silence inside a stream.
     #[arg(long, default_value_t = 60.0)]
     stall_timeout_s: f64,
-    /// Schedule-lag P99 above which the point is invalid.
+    /// Schedule-lag P99 (wall clock) above which the point is invalid; also the most a
+    /// --start-at may be missed by.
     #[arg(long, default_value_t = 10.0)]
     max_lag_ms: f64,
     /// Cap requests in flight (open loop); any lag it causes is measured and can
@@ -930,6 +955,12 @@ enum ApiArg {
 }
 
 fn parse_shard(s: &str) -> Result<(u32, u32), String> {
+    if s.contains("$(") {
+        return Err(format!(
+            "`{s}` holds an unexpanded `$(...)`: Kubernetes expands `$(JOB_COMPLETION_INDEX)` \
+             only in an Indexed Job's pods"
+        ));
+    }
     let (i, n) = s.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
     let i: u32 = i
         .trim()
@@ -943,6 +974,11 @@ fn parse_shard(s: &str) -> Result<(u32, u32), String> {
         return Err(format!("shard {i}/{n}: need 0 <= I < N"));
     }
     Ok((i, n))
+}
+
+fn parse_config_map_name(s: &str) -> Result<String, String> {
+    goodput::loadgen::publish::check_config_map_name(s)?;
+    Ok(s.to_owned())
 }
 
 /// Words per token of the server's tokenizer, measured with `/tokenize` on a sample text.
@@ -973,6 +1009,18 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
     use goodput::loadgen::{Api, Timeouts};
     use goodput::workload::schedule::{Arrival, ScheduleSpec, SharedPrefix};
 
+    let k = args.time_scale;
+    if !(k.is_finite() && k > 0.0) {
+        bail!("--time-scale must be a positive number, got {k}");
+    }
+    if let Some(at) = args.start_at {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        if !(at.is_finite() && at > 0.0) || at - now > 86_400.0 {
+            bail!("--start-at {at} is not a Unix time in seconds within a day from now ({now:.0})");
+        }
+    }
     let manifest = manifest_or_seed(args.manifest.as_deref())?;
     let c = manifest.client.clone();
     let arrival = match &args.trace {
@@ -1026,6 +1074,18 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        // Before any load: a result that cannot be handed over would waste the run.
+        let result_config_map = match &args.result_config_map {
+            Some(name) => Some(
+                goodput::loadgen::publish::ResultConfigMap::connect(
+                    name,
+                    args.result_namespace.as_deref(),
+                    args.shard,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let client = goodput::http_client::load_client(args.http2)?;
         let (text_words_per_token, prompt_method) = match args.api {
             ApiArg::Completions => (None, PromptMethod::TokenIds),
@@ -1067,8 +1127,10 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             max_blocks: args.max_blocks,
             shard: args.shard,
             scrape_interval: std::time::Duration::from_millis(args.scrape_interval_ms.max(10)),
-            max_lag_ms: args.max_lag_ms,
+            // The lag bound is wall clock, K times as much real (model) time.
+            max_lag_ms: args.max_lag_ms * k,
             record_itl: args.record_itl,
+            start_at_unix_s: args.start_at,
             ..goodput::loadgen::point::PointPlan::for_manifest(&manifest, schedule, metrics_targets)
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -1092,8 +1154,30 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             eprintln!("loadgen: stopping; writing what was measured");
             let _ = stop_tx.send(true);
         });
-        let summary =
-            goodput::loadgen::point::run_and_write(client, config, plan, &args.out, stop_rx).await?;
+        let measured =
+            goodput::loadgen::point::measure_time_scaled(client, &config, &plan, k, stop_rx)
+                .await?;
+        let summary = measured.summarize(&config, &plan)?;
+        if let Some(out) = &args.out {
+            measured.write(&summary, &plan, out)?;
+        }
+        if let Some(target) = &result_config_map {
+            let result =
+                goodput::loadgen::handoff::ShardResult::new(&measured, summary.clone(), &plan)?;
+            target.publish(&result).await.with_context(|| {
+                format!(
+                    "shard {} measured, but its result could not be written",
+                    result.shard_label()
+                )
+            })?;
+            if !args.quiet {
+                eprintln!(
+                    "loadgen: shard {} result written to ConfigMap {}",
+                    result.shard_label(),
+                    target.display_name()
+                );
+            }
+        }
         if !args.quiet {
             eprint!("{}", summary.report.human_summary());
             eprintln!(

@@ -473,3 +473,184 @@ async fn warm_cache_hits_the_prefix_cache_and_cold_does_not() {
     assert!(hit_rates[1] > 0.5, "{hit_rates:?}");
     f.shutdown().await;
 }
+
+#[path = "support/live.rs"]
+mod live;
+
+/// One class of 512/32 tokens at a constant 2 RPS: one request at a time, each on an idle
+/// engine, so the engine model's own single-request prediction holds.
+const SCALED_MANIFEST: &str = r#"model: {id: Qwen/Qwen2.5-7B-Instruct, revision: r1-fixture, tokenizer_revision: t1-fixture, precision: bf16}
+engine:
+  name: goodput-simulated-engine
+  version: "0.1.0"
+  placement: {tp: 1, pp: 1, dp: 1, replicas: 1, gpus: 1}
+  prefix_cache: disabled
+  speculative_decoding: disabled
+  disaggregated_prefill: disabled
+client:
+  location: localhost
+  streaming: true
+  arrival_pattern: constant
+  minimum_duration_seconds: 10
+  initial_scheduled_requests: 40
+  request_schedule_seed: 11
+  class_schedule_counts: {chat: 40}
+  warmup_seconds: 2
+workload:
+  - {name: chat, mix: 1.0, input_tokens: 512, output_tokens: 32, request_ttft_cutoff_ms: 300, request_tpot_cutoff_ms: 30}
+acceptance:
+  class_slo_attainment_min: 0.95
+  min_successful_samples_per_class: 30
+  error_rate_max: 0.01
+  queue_trend_required: flat
+  target_utilization: 0.75
+"#;
+
+/// `goodput loadgen --time-scale 10` against the simulated engine run 10× faster than real
+/// time reports in real-time units, as `goodput bench` does: the same schedule (to its
+/// hash), window and rates in real seconds, latencies at the engine model's own
+/// prediction and close to bench's on the same point, while the run takes a tenth of the
+/// time.
+#[test]
+fn a_time_scaled_point_reports_real_time_as_bench_does() {
+    let k = 10.0;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _serial = rt.block_on(SERIAL.lock());
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.yaml");
+    std::fs::write(&manifest, SCALED_MANIFEST).unwrap();
+    let f = rt.block_on(fleet(k, FaultConfig::default()));
+    let wall = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args(["loadgen", "--target", &f.router_url(), "--manifest"])
+        .arg(&manifest)
+        .args([
+            "--rate",
+            "2",
+            "--time-scale",
+            "10",
+            "--metrics-discover",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("loadgen"))
+        .output()
+        .unwrap();
+    let wall = wall.elapsed().as_secs_f64();
+    rt.block_on(f.shutdown());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let lg = read(&dir.path().join("loadgen/summary.json"));
+
+    // Real-time units: 40 requests at 2 RPS span 20 s of schedule, the first 2 s warmup
+    // (requests at 0.5, 1.0, 1.5 s), run in about 2 s of wall clock.
+    let window = lg["client"]["window_s"].as_f64().unwrap();
+    assert!((window - 18.5).abs() < 1e-6, "window {window}");
+    assert!(
+        wall < 12.0,
+        "the run took {wall:.1} s: it was not time-scaled"
+    );
+    assert_eq!(lg["client"]["warmup_excluded"], 3);
+    assert_eq!(lg["report"]["attempted"], 37);
+    assert_eq!(lg["report"]["successful"], 37);
+    let throughput = lg["report"]["request_throughput_rps"].as_f64().unwrap();
+    assert!((throughput - 37.0 / 18.5).abs() < 1e-6, "{throughput}");
+    assert_eq!(lg["offered_rps"], 2.0);
+
+    // Against the engine model: an idle engine's TTFT and TPOT for 512/32 tokens. Each
+    // millisecond the client and server spend of their own is 10 ms here, hence the slack.
+    let (ttft_s, tpot_s) = live::predict(&live::qwen(), 512, 32);
+    let chat = &lg["report"]["classes"]["chat"];
+    let ttft = chat["p50_ttft_ms"].as_f64().unwrap();
+    let tpot = chat["p50_tpot_ms"].as_f64().unwrap();
+    assert!(
+        (ttft - ttft_s * 1e3).abs() <= 0.25 * ttft_s * 1e3 + 20.0,
+        "P50 TTFT {ttft} ms vs the model's {:.1} ms",
+        ttft_s * 1e3
+    );
+    assert!(
+        (tpot - tpot_s * 1e3).abs() <= 0.15 * tpot_s * 1e3 + 1.0,
+        "P50 TPOT {tpot} ms vs the model's {:.2} ms",
+        tpot_s * 1e3
+    );
+
+    // `goodput bench` on the same point, its engine also 10× fast.
+    let indented: String = SCALED_MANIFEST
+        .lines()
+        .map(|l| format!("      {l}\n"))
+        .collect();
+    let yaml = format!(
+        "apiVersion: goodput.dev/v1alpha1
+kind: CapacityBenchmark
+metadata: {{name: scaled-point}}
+spec:
+  target:
+    simulated: {{preset: qwen2.5-7b-h100, replicas: 1, timeScale: {k}}}
+  workload:
+    manifest:
+{indented}  experiments:
+    rateSweep: {{rates: [2]}}
+    cacheModes: [cold]
+"
+    );
+    let loaded = goodput::api::parse_benchmark(&yaml, Path::new("scaled-point.yaml")).unwrap();
+    let errors: Vec<String> = loaded.errors().map(|f| f.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let pack = dir.path().join("pack");
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let result = rt
+        .block_on(goodput::bench::run_bench(
+            &loaded.benchmark,
+            &loaded.manifest,
+            &goodput::bench::BenchOptions {
+                out: pack.clone(),
+                progress: false,
+            },
+            stop_rx,
+        ))
+        .unwrap();
+    assert_eq!(result.time_scale, k);
+    let point = &result.modes[0].points[0];
+    let bench = read(&pack.join(&point.dir).join("summary.json"));
+    assert_eq!(
+        lg["schedule"], bench["schedule"],
+        "the same scaled schedule"
+    );
+    for key in ["attempted", "successful", "verdict", "queue_trend"] {
+        assert_eq!(lg["report"][key], bench["report"][key], "{key}");
+    }
+    let bench_window = bench["client"]["window_s"].as_f64().unwrap();
+    assert!(
+        (window - bench_window).abs() < 1e-9,
+        "{window} vs {bench_window}"
+    );
+    let b = &bench["report"]["classes"]["chat"];
+    let (bt, bp) = (
+        b["p50_ttft_ms"].as_f64().unwrap(),
+        b["p50_tpot_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        (ttft - bt).abs() <= 0.25 * bt + 20.0,
+        "P50 TTFT {ttft} vs bench {bt}"
+    );
+    assert!(
+        (tpot - bp).abs() <= 0.15 * bp + 1.0,
+        "P50 TPOT {tpot} vs bench {bp}"
+    );
+    eprintln!(
+        "time-scaled point: loadgen P50 TTFT {ttft:.1} ms, TPOT {tpot:.2} ms; bench {bt:.1} ms, \
+         {bp:.2} ms; model {:.1} ms, {:.2} ms; wall {wall:.1} s",
+        ttft_s * 1e3,
+        tpot_s * 1e3
+    );
+}

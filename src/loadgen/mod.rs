@@ -9,6 +9,7 @@ pub mod client;
 pub mod handoff;
 pub mod point;
 pub mod prompt;
+pub mod publish;
 pub mod record;
 pub mod run;
 pub mod sse;
