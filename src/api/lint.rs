@@ -68,16 +68,21 @@ fn is_http_url(url: &str) -> bool {
     })
 }
 
-/// Whether `name` is a DNS-1035 label, as Service and namespace names are: lowercase
-/// letters, digits and `-`, starting with a letter and ending with a letter or digit, at
-/// most 63 characters.
-fn is_dns_label(name: &str) -> bool {
+/// Whether `name` is a DNS-1123 label, as namespace names are: lowercase letters, digits
+/// and `-`, starting and ending with a letter or digit, at most 63 characters.
+fn is_dns1123_label(name: &str) -> bool {
     let b = name.as_bytes();
     (1..=63).contains(&b.len())
-        && b[0].is_ascii_lowercase()
+        && b[0] != b'-'
         && b[b.len() - 1] != b'-'
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Whether `name` is a DNS-1035 label, as Service names are: a DNS-1123 label that starts
+/// with a letter.
+fn is_dns1035_label(name: &str) -> bool {
+    is_dns1123_label(name) && name.as_bytes()[0].is_ascii_lowercase()
 }
 
 fn positive(v: f64) -> bool {
@@ -143,7 +148,7 @@ impl Lint {
             );
         }
         if let Some(svc) = &t.service {
-            if !is_dns_label(&svc.name) {
+            if !is_dns1035_label(&svc.name) {
                 self.error(
                     "spec.target.service.name",
                     format!(
@@ -160,7 +165,7 @@ impl Lint {
                 );
             }
             if let Some(ns) = &svc.namespace
-                && !is_dns_label(ns)
+                && !is_dns1123_label(ns)
             {
                 self.error(
                     "spec.target.service.namespace",
@@ -836,11 +841,13 @@ mod tests {
     #[test]
     fn dns_labels() {
         for ok in ["a", "qwen-7b", "a1", &"a".repeat(63)] {
-            assert!(is_dns_label(ok), "{ok}");
+            assert!(is_dns1035_label(ok) && is_dns1123_label(ok), "{ok}");
         }
-        for bad in ["", "7b", "Qwen", "a_b", "a-", "a.b", &"a".repeat(64)] {
-            assert!(!is_dns_label(bad), "{bad}");
+        for bad in ["", "Qwen", "a_b", "a-", "-a", "a.b", &"a".repeat(64)] {
+            assert!(!is_dns1035_label(bad) && !is_dns1123_label(bad), "{bad}");
         }
+        // A namespace may start with a digit; a Service may not.
+        assert!(is_dns1123_label("7b") && !is_dns1035_label("7b"));
     }
 
     #[test]

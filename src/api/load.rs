@@ -1,7 +1,8 @@
 //! Reading a `CapacityBenchmark` YAML file for a local run or `goodput lint`: parsing with
-//! field paths and line numbers, resolving the workload manifest, and collecting every
-//! finding (manifest validation and [`lint`](super::lint::lint)) in one list. Also the
-//! CustomResourceDefinition YAML (`goodput crds`).
+//! field paths and line numbers (strictly: a field the types do not know is an error here,
+//! though the types themselves ignore it), resolving the workload manifest, and collecting
+//! every finding (manifest validation and [`lint`](super::lint::lint)) in one list. Also
+//! the CustomResourceDefinition YAML (`goodput crds`).
 
 use std::path::{Path, PathBuf};
 
