@@ -240,13 +240,15 @@ async fn a_loadgen_process_hands_its_result_to_its_config_map() {
     bed.create_config_map("cb-x-p3-0", "0/1").await;
 
     // No --result-namespace: the kubeconfig's namespace (outside a pod there is no
-    // service-account namespace file).
+    // service-account namespace file). The API server answers the first two writes with
+    // 500: they are retried (kube's client retries 429, 503 and 504 itself).
+    bed.cluster
+        .faults()
+        .fail_next("patch", "", "configmaps", 2, 500);
     let out = bed.run_loadgen(&["--result-config-map", "cb-x-p3-0"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("trying again").count(), 2, "{stderr}");
     let cm = bed.config_map("cb-x-p3-0").await;
     let managers: Vec<String> = cm
         .metadata
@@ -279,6 +281,23 @@ async fn a_loadgen_process_hands_its_result_to_its_config_map() {
     let window = merged.summary.client.window_s;
     assert!(window > 3.0 && window < 4.5, "window {window} s");
     assert!(merged.summary.queue_trend_source.starts_with("engine"));
+
+    // A write that keeps failing: the command gives up after its tries and says so.
+    bed.cluster.faults().fail_next(
+        "patch",
+        "",
+        "configmaps",
+        goodput::loadgen::publish::ATTEMPTS,
+        500,
+    );
+    let out = bed.run_loadgen(&["--result-config-map", "cb-x-p3-0"]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("shard 0/1 measured, but its result could not be written")
+            && stderr.contains("cannot patch ConfigMap default/cb-x-p3-0 (after 5 attempt(s))"),
+        "{stderr}"
+    );
 
     // No such ConfigMap: a clear failure, before any load (no point files written).
     let out_dir = bed.dir.path().join("never");
