@@ -654,3 +654,60 @@ spec:
         tpot_s * 1e3
     );
 }
+
+/// A `--start-at` already past: the run starts at once, records how late it was, and the
+/// point is not evidence (it is off the shared timeline of its shards). One in the near
+/// future is waited for and met.
+#[test]
+fn a_start_instant_is_waited_for_or_its_lateness_recorded() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _serial = rt.block_on(SERIAL.lock());
+    let f = rt.block_on(fleet(20.0, FaultConfig::default()));
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let run = |start_at: f64, dir: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
+            .args(["loadgen", "--target", &f.router_url(), "--model", MODEL])
+            .args(["--rate", "100", "--requests", "20", "--warmup-s", "0"])
+            .args(["--min-duration-s", "0", "--max-blocks", "1", "--quiet"])
+            .args(["--start-at", &format!("{start_at:.3}"), "--out"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        s
+    };
+    let past = tempfile::tempdir().unwrap();
+    let s = run(now() - 3.0, past.path());
+    let late = s["client"]["start_lateness_ms"].as_f64().unwrap();
+    assert!((3000.0..10_000.0).contains(&late), "lateness {late} ms");
+    assert_eq!(s["validity"]["valid"], false);
+    let reasons = s["validity"]["reasons"].to_string();
+    assert!(reasons.contains("after its start instant"), "{reasons}");
+    assert_eq!(s["report"]["attempted"], 20, "it ran all the same");
+
+    let ahead = tempfile::tempdir().unwrap();
+    let at = now() + 1.5;
+    let s = run(at, ahead.path());
+    assert!(
+        now() >= at + 0.2,
+        "the run waited for its start and then ran"
+    );
+    assert_eq!(s["client"]["start_lateness_ms"], 0.0);
+    assert_eq!(
+        s["client"]["start_at_unix_s"].as_f64(),
+        Some(format!("{at:.3}").parse::<f64>().unwrap())
+    );
+    rt.block_on(f.shutdown());
+}

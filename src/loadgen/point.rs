@@ -785,3 +785,129 @@ fn summarize(
     let report = summary.finish(facts.window_s(), trend)?;
     Ok(facts.assemble(report, source))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::Timeouts;
+    use crate::workload::schedule::{ScheduleClass, TraceEntry};
+
+    fn plan(arrival: Arrival) -> PointPlan {
+        PointPlan {
+            schedule: ScheduleSpec {
+                classes: vec![ScheduleClass {
+                    name: "chat".into(),
+                    mix: 1.0,
+                    input_tokens: 64,
+                    output_tokens: 8,
+                }],
+                requests: 10,
+                seed: 1,
+                arrival,
+                output_jitter: 0.0,
+                shared_prefix: None,
+            },
+            min_duration_s: 120.0,
+            min_per_class: 5,
+            max_blocks: 3,
+            shard: (1, 4),
+            gate: GateConfig::default(),
+            metrics_targets: Vec::new(),
+            scrape_interval: Duration::from_secs(1),
+            max_lag_ms: 200.0,
+            record_itl: false,
+            start_at_unix_s: Some(1.0e9),
+        }
+    }
+
+    #[test]
+    fn time_scaling_divides_durations_and_multiplies_rates() {
+        let manifest = crate::workload::seed_manifest();
+        let config = LoadConfig {
+            timeouts: Timeouts {
+                request: Duration::from_secs(600),
+                stall: Duration::from_secs(60),
+                connect: Duration::from_secs(10),
+            },
+            warmup_s: 60.0,
+            ..LoadConfig::for_manifest(
+                &manifest,
+                "http://127.0.0.1:1".into(),
+                "m".into(),
+                LoadMode::Rate { rate: 3.0 },
+            )
+        };
+        let c = config.time_scaled(20.0);
+        assert_eq!(c.mode, LoadMode::Rate { rate: 60.0 });
+        assert_eq!(c.warmup_s, 3.0);
+        assert_eq!(c.timeouts.request, Duration::from_secs(30));
+        assert_eq!(c.timeouts.stall, Duration::from_secs(3));
+        assert_eq!(c.timeouts.connect, Duration::from_secs(10), "the network's");
+        let closed = LoadConfig {
+            mode: LoadMode::Concurrency {
+                concurrency: 8,
+                duration_s: 40.0,
+            },
+            ..config.clone()
+        };
+        assert_eq!(
+            closed.time_scaled(20.0).mode,
+            LoadMode::Concurrency {
+                concurrency: 8,
+                duration_s: 2.0
+            }
+        );
+        assert_eq!(config.time_scaled(1.0).mode, config.mode);
+
+        let p = plan(Arrival::Trace(vec![
+            TraceEntry {
+                at_s: 0.0,
+                class: None,
+                input_tokens: None,
+                output_tokens: None,
+            },
+            TraceEntry {
+                at_s: 4.0,
+                class: None,
+                input_tokens: None,
+                output_tokens: None,
+            },
+        ]))
+        .time_scaled(20.0);
+        assert_eq!(p.min_duration_s, 6.0);
+        assert_eq!(p.scrape_interval, Duration::from_millis(50));
+        assert_eq!(p.max_lag_ms, 10.0);
+        assert_eq!(p.shard, (1, 4));
+        assert_eq!(p.start_at_unix_s, Some(1.0e9), "a wall-clock instant");
+        match &p.schedule.arrival {
+            Arrival::Trace(t) => assert_eq!(t[1].at_s, 0.2),
+            other => panic!("{other:?}"),
+        }
+        let fine = PointPlan {
+            scrape_interval: Duration::from_millis(100),
+            ..plan(Arrival::Poisson)
+        };
+        assert_eq!(
+            fine.time_scaled(20.0).scrape_interval,
+            Duration::from_millis(10),
+            "at least 10 ms"
+        );
+    }
+
+    #[test]
+    fn time_zero_waits_for_a_future_instant_and_records_a_past_one() {
+        let now = unix_now_s();
+        let ahead = TimeZero::new(Some(now + 5.0));
+        let wait = ahead.start.saturating_duration_since(Instant::now());
+        assert!(wait > Duration::from_secs(4) && wait <= Duration::from_secs(5));
+        assert_eq!((ahead.started_unix_s, ahead.lateness_s), (now + 5.0, 0.0));
+        let late = TimeZero::new(Some(now - 2.0));
+        assert!(late.start <= Instant::now());
+        assert!(
+            late.lateness_s >= 2.0 && late.lateness_s < 3.0,
+            "{}",
+            late.lateness_s
+        );
+        assert_eq!(TimeZero::new(None).lateness_s, 0.0);
+    }
+}

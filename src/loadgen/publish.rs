@@ -7,7 +7,8 @@
 //! ([`SHARD_ANNOTATION`]); [`ResultConfigMap::publish`] then merge-patches its `data` and
 //! `binaryData` (field manager [`FIELD_MANAGER`]), removing a key an earlier attempt left
 //! that this result does not have. Transient API errors (connection failures, 408, 429,
-//! 5xx) are retried with backoff ([`ATTEMPTS`] tries over about 7.5 s); a final failure is
+//! 5xx) are retried with backoff ([`ATTEMPTS`] tries over about 7.5 s, on top of the kube
+//! client's own retries of 429, 503 and 504); a final failure is
 //! an error with the ConfigMap's namespace and name, so the command exits non-zero and the
 //! Job retries the pod.
 
@@ -196,8 +197,10 @@ impl ResultConfigMap {
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < ATTEMPTS && transient(&e) => {
-                    tracing::warn!(
-                        "{verb} ConfigMap {}: {e}; trying again in {backoff:?}",
+                    // Always said (a pod's log is where a flaky API shows), whatever the
+                    // log filter.
+                    eprintln!(
+                        "loadgen: {verb} ConfigMap {}: {e}; trying again in {backoff:?}",
                         self.display_name()
                     );
                     tokio::time::sleep(backoff).await;
