@@ -8,9 +8,9 @@
 pub mod analysis;
 pub mod api;
 pub mod bench;
+pub mod controller;
 pub mod engine_metrics;
 pub mod http_client;
-pub mod lease;
 pub mod loadgen;
 pub mod pack;
 pub mod planning;

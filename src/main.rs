@@ -52,6 +52,9 @@ enum Command {
     Lint(LintArgs),
     /// Print the CustomResourceDefinition YAML of CapacityBenchmark (`| kubectl apply -f -`).
     Crds,
+    /// Reconcile CapacityBenchmarks in a cluster: each test point a Job of `goodput
+    /// loadgen` pods, every finished point kept in status.
+    Operator(cli::operator::OperatorArgs),
 }
 
 #[derive(clap::Args)]
@@ -126,6 +129,27 @@ enum OutputFormat {
     Json,
 }
 
+mod cli {
+    pub mod operator;
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends a pod before it kills it).
+async fn shutdown_signal() {
+    let term = async {
+        #[cfg(unix)]
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -144,6 +168,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Lint(args) => lint(args),
         Command::Crds => crds(),
+        Command::Operator(args) => cli::operator::run(args),
     };
     match result {
         Ok(code) => code,
@@ -813,8 +838,14 @@ fn serve_sim(args: ServeSimArgs) -> Result<ExitCode> {
 #[derive(clap::Args)]
 struct LoadgenArgs {
     /// Base URL of the endpoint, e.g. http://127.0.0.1:8000.
-    #[arg(long)]
-    target: String,
+    #[arg(long, required_unless_present = "point_file")]
+    target: Option<String>,
+    /// Run one point of a CapacityBenchmark as the operator hands it to a Job: the point
+    /// file holds the spec, the manifest, the point and the target, and the load is built
+    /// exactly as `goodput bench` builds it. Only --shard, --start-at, --out,
+    /// --result-config-map, --result-namespace and --quiet apply with it.
+    #[arg(long, conflicts_with_all = ["target", "manifest", "rate", "concurrency", "trace", "time_scale"])]
+    point_file: Option<PathBuf>,
     /// Workload manifest (default: the seed's).
     #[arg(long)]
     manifest: Option<PathBuf>,
@@ -823,7 +854,7 @@ struct LoadgenArgs {
     #[arg(long, value_enum, default_value = "rate")]
     mode: LoadModeArg,
     /// Offered arrival rate (requests per second), open loop.
-    #[arg(long, required_if_eq("mode", "rate"))]
+    #[arg(long)]
     rate: Option<f64>,
     /// Replay a trace CSV (`timestamp_s` and optional `class`, `input_tokens`,
     /// `output_tokens`) instead of generating arrivals; --rate is then only a label.
@@ -1009,6 +1040,9 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
     use goodput::loadgen::{Api, Timeouts};
     use goodput::workload::schedule::{Arrival, ScheduleSpec, SharedPrefix};
 
+    if let Some(path) = args.point_file.clone() {
+        return loadgen_point_file(args, &path);
+    }
     let k = args.time_scale;
     if !(k.is_finite() && k > 0.0) {
         bail!("--time-scale must be a positive number, got {k}");
@@ -1070,7 +1104,12 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
         .model
         .clone()
         .unwrap_or_else(|| manifest.model.id.clone());
-    let target = args.target.trim_end_matches('/').to_owned();
+    let target = args
+        .target
+        .as_deref()
+        .context("--target is required")?
+        .trim_end_matches('/')
+        .to_owned();
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -1106,7 +1145,11 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
                 ApiArg::Completions => Api::Completions,
                 ApiArg::Chat => Api::Chat,
             },
-            cache: if warm { CacheMode::Warm } else { CacheMode::Cold },
+            cache: if warm {
+                CacheMode::Warm
+            } else {
+                CacheMode::Cold
+            },
             shared_prefix,
             seed: schedule.seed,
             timeouts: Timeouts {
@@ -1133,69 +1176,113 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             start_at_unix_s: args.start_at,
             ..goodput::loadgen::point::PointPlan::for_manifest(&manifest, schedule, metrics_targets)
         };
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let term = async {
-                #[cfg(unix)]
-                {
-                    if let Ok(mut s) =
-                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        s.recv().await;
-                        return;
-                    }
-                }
-                std::future::pending::<()>().await;
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term => {}
-            }
-            eprintln!("loadgen: stopping; writing what was measured");
-            let _ = stop_tx.send(true);
-        });
-        let measured =
-            goodput::loadgen::point::measure_time_scaled(client, &config, &plan, k, stop_rx)
-                .await?;
-        let summary = measured.summarize(&config, &plan)?;
-        if let Some(out) = &args.out {
-            measured.write(&summary, &plan, out)?;
-        }
-        if let Some(target) = &result_config_map {
-            let result =
-                goodput::loadgen::handoff::ShardResult::new(&measured, summary.clone(), &plan)?;
-            target.publish(&result).await.with_context(|| {
-                format!(
-                    "shard {} measured, but its result could not be written",
-                    result.shard_label()
-                )
-            })?;
-            if !args.quiet {
-                eprintln!(
-                    "loadgen: shard {} result written to ConfigMap {}",
-                    result.shard_label(),
-                    target.display_name()
-                );
-            }
-        }
+        measure_and_hand_over(client, &config, &plan, k, &args, result_config_map.as_ref()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one point (scaled by `k`), writes its files under `--out` and hands its shard result
+/// to the operator's ConfigMap when one is named.
+async fn measure_and_hand_over(
+    client: reqwest::Client,
+    config: &goodput::loadgen::run::LoadConfig,
+    plan: &goodput::loadgen::point::PointPlan,
+    k: f64,
+    args: &LoadgenArgs,
+    result_config_map: Option<&goodput::loadgen::publish::ResultConfigMap>,
+) -> Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        eprintln!("loadgen: stopping; writing what was measured");
+        let _ = stop_tx.send(true);
+    });
+    let measured =
+        goodput::loadgen::point::measure_time_scaled(client, config, plan, k, stop_rx).await?;
+    let summary = measured.summarize(config, plan)?;
+    if let Some(out) = &args.out {
+        measured.write(&summary, plan, out)?;
+    }
+    if let Some(target) = result_config_map {
+        let result = goodput::loadgen::handoff::ShardResult::new(&measured, summary.clone(), plan)?;
+        target.publish(&result).await.with_context(|| {
+            format!(
+                "shard {} measured, but its result could not be written",
+                result.shard_label()
+            )
+        })?;
         if !args.quiet {
-            eprint!("{}", summary.report.human_summary());
             eprintln!(
-                "{}: sent {}, measured {}, lag p50/p99/max {:.2}/{:.2}/{:.2} ms, peak in flight {}, window {:.1} s",
-                summary.experiment,
-                summary.client.sent,
-                summary.client.measured,
-                summary.client.schedule_lag_ms.p50,
-                summary.client.schedule_lag_ms.p99,
-                summary.client.schedule_lag_ms.max,
-                summary.client.peak_in_flight,
-                summary.client.window_s
+                "loadgen: shard {} result written to ConfigMap {}",
+                result.shard_label(),
+                target.display_name()
             );
-            for r in &summary.validity.reasons {
-                eprintln!("not capacity evidence: {r}");
-            }
         }
-        anyhow::Ok(())
+    }
+    if !args.quiet {
+        eprint!("{}", summary.report.human_summary());
+        eprintln!(
+            "{}: sent {}, measured {}, lag p50/p99/max {:.2}/{:.2}/{:.2} ms, peak in flight {}, window {:.1} s",
+            summary.experiment,
+            summary.client.sent,
+            summary.client.measured,
+            summary.client.schedule_lag_ms.p50,
+            summary.client.schedule_lag_ms.p99,
+            summary.client.schedule_lag_ms.max,
+            summary.client.peak_in_flight,
+            summary.client.window_s
+        );
+        for r in &summary.validity.reasons {
+            eprintln!("not capacity evidence: {r}");
+        }
+    }
+    Ok(())
+}
+
+/// `goodput loadgen --point-file`: the point a benchmark Job runs, built with the same
+/// function as `goodput bench`'s points, this pod's shard of it on the shared timeline.
+fn loadgen_point_file(args: LoadgenArgs, path: &Path) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the point file {}", path.display()))?;
+    let job: goodput::bench::point_job::PointJob = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a point file", path.display()))?;
+    let k = job.target.time_scale;
+    if !(k.is_finite() && k > 0.0) {
+        bail!("the point file's time scale must be positive, got {k}");
+    }
+    let (mut config, mut plan) = goodput::bench::point_job::point_load(
+        &job.spec,
+        &job.manifest,
+        job.key,
+        &job.target,
+        job.nonce,
+    )?;
+    config.progress = false;
+    plan.shard = args.shard;
+    plan.start_at_unix_s = args.start_at;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let result_config_map = match &args.result_config_map {
+            Some(name) => Some(
+                goodput::loadgen::publish::ResultConfigMap::connect(
+                    name,
+                    args.result_namespace.as_deref(),
+                    args.shard,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let client = goodput::http_client::load_client(false)?;
+        if job.target.discover_metrics {
+            let found = goodput::engine_metrics::scrape::discover_targets(&client, &job.target.url)
+                .await
+                .with_context(|| {
+                    format!("discovering replicas from {}/replicas", job.target.url)
+                })?;
+            plan.metrics_targets.extend(found);
+        }
+        measure_and_hand_over(client, &config, &plan, k, &args, result_config_map.as_ref()).await
     })?;
     Ok(ExitCode::SUCCESS)
 }

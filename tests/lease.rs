@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use goodput::lease::{Leadership, LeaseConfig, lead};
+use goodput::controller::lease::{Leadership, LeaseConfig, lead};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;

@@ -99,6 +99,28 @@ pub struct CapacityBenchmarkSpec {
     /// What the reports show.
     #[serde(default)]
     pub reporting: Reporting,
+    /// How the operator runs each point's load generator (cluster runs only).
+    #[serde(default, skip_serializing_if = "LoadgenSettings::is_default")]
+    pub loadgen: LoadgenSettings,
+}
+
+/// How the operator runs each point's load generator: one Job per point, an Indexed Job
+/// of `shards` pods when one pod cannot drive the rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadgenSettings {
+    /// Pods per open-loop point, each sending its share of the same seeded schedule on one
+    /// timeline. Default: enough that no pod sends more than 400 requests per second of
+    /// wall time. Closed-loop (saturation) levels always run in one pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub shards: Option<u32>,
+}
+
+impl LoadgenSettings {
+    fn is_default(&self) -> bool {
+        self == &LoadgenSettings::default()
+    }
 }
 
 fn one() -> u32 {

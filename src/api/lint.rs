@@ -607,6 +607,7 @@ mod tests {
             repeats: 1,
             peak: None,
             reporting: Reporting::default(),
+            loadgen: Default::default(),
         }
     }
 

@@ -119,6 +119,30 @@ pub fn load_benchmark(path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
     parse_benchmark(&yaml, path)
 }
 
+/// The manifest a benchmark runs (its `acceptance` replaced by `spec.acceptance` when
+/// given) and every finding about the pair: the manifest validator's, with paths as the
+/// spec names them, and the benchmark lint's. The one check both shells run: `goodput
+/// bench`/`lint` after reading the files, the operator after reading the ConfigMap.
+pub fn check_benchmark(
+    spec: &CapacityBenchmarkSpec,
+    mut manifest: WorkloadManifest,
+) -> (WorkloadManifest, Vec<Finding>) {
+    if let Some(acceptance) = &spec.acceptance {
+        manifest.acceptance = acceptance.clone();
+    }
+    let prefix = manifest_path(&spec.workload);
+    let mut findings = Vec::new();
+    for f in validate(&manifest) {
+        let path = match f.path.strip_prefix("acceptance") {
+            Some(rest) if spec.acceptance.is_some() => format!("spec.acceptance{rest}"),
+            _ => format!("{prefix}.{}", f.path),
+        };
+        findings.push(Finding { path, ..f });
+    }
+    findings.extend(lint(spec, &manifest));
+    (manifest, findings)
+}
+
 /// Parses benchmark YAML. `path` names the file in messages and is the base of a relative
 /// `spec.workload.manifestFile`.
 ///
@@ -171,19 +195,9 @@ pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, Bench
     }
     let resolved = resolve_manifest(spec, path, &mut findings);
     let manifest = match resolved {
-        Some(mut manifest) => {
-            if let Some(acceptance) = &spec.acceptance {
-                manifest.acceptance = acceptance.clone();
-            }
-            let prefix = manifest_path(&spec.workload);
-            for f in validate(&manifest) {
-                let path = match f.path.strip_prefix("acceptance") {
-                    Some(rest) if spec.acceptance.is_some() => format!("spec.acceptance{rest}"),
-                    _ => format!("{prefix}.{}", f.path),
-                };
-                findings.push(Finding { path, ..f });
-            }
-            findings.extend(lint(spec, &manifest));
+        Some(manifest) => {
+            let (manifest, found) = check_benchmark(spec, manifest);
+            findings.extend(found);
             manifest
         }
         None => {

@@ -28,9 +28,8 @@ use crate::engine_metrics::DetectedProfile;
 use crate::engine_metrics::prometheus_api::{PrometheusSource, query_range_series};
 use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
-    MeasuredPoint, PointError, PointPlan, PointSummaryFile, measure_point, write_json,
+    MeasuredPoint, PointError, PointSummaryFile, measure_point, write_json,
 };
-use crate::loadgen::run::{LoadConfig, LoadMode};
 use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::ReplicaConfig;
@@ -410,7 +409,6 @@ impl Runner<'_> {
     /// Runs one point on the run's clock, converts it to model time and writes its files.
     async fn point(&self, key: PointKey, dir: &str) -> Result<PointSummaryFile, BenchError> {
         let k = self.target.time_scale;
-        let ex = &self.spec.experiments;
         let target = PointTarget {
             url: self.target.facts.url.clone(),
             model: self.target.facts.model.clone(),

@@ -1,0 +1,875 @@
+//! The `CapacityBenchmark` controller, one pipeline per reconcile:
+//! fetch (the manifest, the target) → validate (pure) → decide (the benchmark driver, from
+//! the points recorded in status) → apply (server-side apply of the point's Job and its
+//! ConfigMaps, the simulated engine) → status (written only when it changed).
+//!
+//! Level-triggered: every reconcile reads the whole state (status, the current Job, the
+//! result ConfigMaps) and never the reason it ran. All progress lives in status and in
+//! ConfigMaps the benchmark owns, so a restarted operator resumes where the last one was:
+//! a finished point is never lost or run again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::build::{self, Owner, PointJobSpec};
+use super::target::{self, NotReady, ResolvedTarget};
+use super::{Context, Error, FIELD_MANAGER, status as points};
+use crate::analysis::PointReport;
+use crate::api::conditions::{self, Status as Cond, reason as reasons};
+use crate::api::{
+    CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus, CurrentPoint, ModeCapacity,
+    Phase, ResolvedIdentity,
+};
+use crate::bench::driver::{self, PointKey, Step, SweepPlan, TestedDeployment};
+use crate::bench::point_job::{PointJob, PointTarget};
+use crate::loadgen::handoff::{ShardResult, merge_shards};
+use crate::workload::WorkloadManifest;
+
+/// The key of the merged report in a point's ConfigMap.
+const REPORT_KEY: &str = "slo-report.json";
+/// Most requests per second one loadgen pod is asked to send (wall clock) before a point
+/// is sharded, when the spec does not say.
+const RATE_PER_SHARD: f64 = 400.0;
+/// Seconds between creating a sharded Job and its shards' common start.
+const SHARD_START_LEAD_S: f64 = 5.0;
+
+/// A reconcile's findings about a benchmark that cannot run (yet).
+struct Blocked {
+    condition: &'static str,
+    reason: &'static str,
+    message: String,
+    phase: Phase,
+    /// Poll again this soon; `None`: wait for a change to the benchmark.
+    retry: Option<Duration>,
+}
+
+/// Reconciles one benchmark.
+pub async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cb
+        .namespace()
+        .ok_or(Error::MissingField(".metadata.namespace"))?;
+    let name = cb.name_any();
+    let reference = cb
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingField(".metadata.uid"))?;
+    let owner = Owner {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        reference,
+    };
+    let generation = cb.metadata.generation.unwrap_or(0);
+    let before = cb.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut run = Run {
+        ctx: &ctx,
+        cb: &cb,
+        owner,
+        generation,
+        status: before.clone(),
+        now,
+    };
+
+    // A new generation: nothing measured for the old spec is evidence for this one.
+    if before
+        .observed_generation
+        .is_some_and(|observed| observed != generation)
+    {
+        if let Some(current) = &before.current_point {
+            run.delete::<Job>(&current.job).await?;
+        }
+        run.status = CapacityBenchmarkStatus {
+            conditions: before.conditions.clone(),
+            ..Default::default()
+        };
+        run.condition(
+            conditions::PROGRESSING,
+            Cond::True,
+            reasons::SPEC_CHANGED,
+            format!("the spec changed (generation {generation}); starting over"),
+        );
+        run.event(
+            EventType::Normal,
+            reasons::SPEC_CHANGED,
+            "Spec changed; stopped the running point and started over",
+        )
+        .await;
+    }
+    run.status.observed_generation = Some(generation);
+    run.status.target = Some(cb.spec.target.printable());
+
+    let action = match run.step().await {
+        Ok(action) => action,
+        Err(blocked) => run.blocked(blocked).await,
+    };
+    run.write_status(&before).await?;
+    Ok(action)
+}
+
+/// One reconcile of one benchmark.
+struct Run<'a> {
+    ctx: &'a Context,
+    cb: &'a CapacityBenchmark,
+    owner: Owner,
+    generation: i64,
+    status: CapacityBenchmarkStatus,
+    now: Time,
+}
+
+impl Run<'_> {
+    fn namespace(&self) -> &str {
+        &self.owner.namespace
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.ctx.client.clone(), self.namespace())
+    }
+
+    fn condition(&mut self, type_: &str, status: Cond, reason: &str, message: String) {
+        conditions::set(
+            &mut self.status.conditions,
+            conditions::new(
+                type_,
+                status,
+                reason,
+                message,
+                Some(self.generation),
+                self.now.clone(),
+            ),
+        );
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: &str) {
+        self.ctx.publish(self.cb, type_, reason, note).await;
+    }
+
+    /// Records why the benchmark waits or stopped; a Warning Event when that is news.
+    async fn blocked(&mut self, b: Blocked) -> Action {
+        let news = conditions::find(&self.status.conditions, b.condition)
+            .is_none_or(|c| c.status != "False" || c.reason != b.reason || c.message != b.message);
+        self.condition(b.condition, Cond::False, b.reason, b.message.clone());
+        if b.condition != conditions::READY {
+            self.condition(conditions::READY, Cond::False, b.reason, b.message.clone());
+        }
+        self.status.phase = Some(b.phase);
+        if news {
+            self.event(EventType::Warning, b.reason, &b.message).await;
+        }
+        b.retry.map_or_else(Action::await_change, Action::requeue)
+    }
+
+    /// Validate, find the target, take it, and run or collect the points.
+    async fn step(&mut self) -> Result<Action, Blocked> {
+        let manifest = self.validate().await?;
+        let spec = &self.cb.spec;
+        let plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+        if self.status.phase == Some(Phase::Succeeded) {
+            self.teardown_simulated().await.map_err(api_blocked)?;
+            return Ok(Action::await_change());
+        }
+
+        // A running point is collected whatever the target's state now (an engine under
+        // load may fail its readiness probe): its Job carries on regardless.
+        if let Some(current) = self.status.current_point.clone() {
+            match self
+                .collect(&current, &manifest)
+                .await
+                .map_err(api_blocked)?
+            {
+                None => return Ok(Action::requeue(Duration::from_secs(60))),
+                Some(point) => {
+                    let verdict = point.verdict.clone();
+                    self.status.points.push(point);
+                    self.status.current_point = None;
+                    let note = format!("Finished {}: {verdict}", current.label);
+                    if verdict == crate::api::FinishedPoint::INVALID {
+                        self.event(EventType::Warning, reasons::POINT_FAILED, &note)
+                            .await;
+                    } else {
+                        self.event(EventType::Normal, "PointFinished", &note).await;
+                    }
+                }
+            }
+        }
+
+        let target = self.target(&manifest).await?;
+        self.condition(
+            conditions::TARGET_REACHABLE,
+            Cond::True,
+            reasons::REACHABLE,
+            format!("{} ({} replica(s) under test)", target.url, target.replicas),
+        );
+        if let Some(holder) = self.ctx.target_holder(self.cb, &target.key) {
+            return Err(Blocked {
+                condition: conditions::PROGRESSING,
+                reason: reasons::WAITING_FOR_TARGET,
+                message: format!(
+                    "benchmark {holder} is measuring {}; two load tests on one target \
+                     corrupt both",
+                    target.key
+                ),
+                phase: Phase::Pending,
+                retry: Some(Duration::from_secs(10)),
+            });
+        }
+        self.status
+            .resolved
+            .get_or_insert_with(|| ResolvedIdentity {
+                engine: if spec.target.is_simulated() {
+                    "goodput simulated engine".into()
+                } else {
+                    "unknown".into()
+                },
+                engine_version: spec
+                    .target
+                    .is_simulated()
+                    .then(|| env!("CARGO_PKG_VERSION").to_owned()),
+                model: target.model.clone(),
+            });
+
+        let recorded = points::recorded(&self.status.points);
+        match driver::next_step(&plan, &recorded) {
+            Step::Run(key) => {
+                self.start(key, &manifest, &target)
+                    .await
+                    .map_err(api_blocked)?;
+                Ok(Action::requeue(Duration::from_secs(60)))
+            }
+            Step::Done => {
+                self.conclude(&plan, &manifest, &target)
+                    .await
+                    .map_err(api_blocked)?;
+                self.teardown_simulated().await.map_err(api_blocked)?;
+                Ok(Action::await_change())
+            }
+        }
+    }
+
+    /// Resolves the manifest and validates the benchmark with the same checks as
+    /// `goodput lint`.
+    async fn validate(&mut self) -> Result<WorkloadManifest, Blocked> {
+        let spec = &self.cb.spec;
+        let source = &spec.workload;
+        let manifest = match (&source.manifest, &source.manifest_config_map) {
+            (Some(m), _) => (**m).clone(),
+            (None, Some(key)) => {
+                let maps: Api<ConfigMap> = self.api();
+                let text = maps
+                    .get_opt(&key.name)
+                    .await
+                    .map_err(api_blocked)?
+                    .and_then(|cm| cm.data.and_then(|mut d| d.remove(&key.key)));
+                let Some(text) = text else {
+                    return Err(Blocked {
+                        condition: conditions::SPEC_VALID,
+                        reason: reasons::MANIFEST_NOT_FOUND,
+                        message: format!(
+                            "ConfigMap {}/{} has no key `{}`",
+                            self.namespace(),
+                            key.name,
+                            key.key
+                        ),
+                        phase: Phase::Pending,
+                        retry: Some(self.ctx.backoff(self.cb)),
+                    });
+                };
+                serde_saphyr::from_str(&text).map_err(|e| {
+                    invalid(format!(
+                        "spec.workload.manifestConfigMap {}/{}: {e}",
+                        key.name, key.key
+                    ))
+                })?
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "spec.workload: in a cluster the manifest is inline (`manifest`) or in a \
+                     ConfigMap (`manifestConfigMap`); `manifestFile` is for local runs"
+                        .into(),
+                ));
+            }
+        };
+        let (manifest, findings) = crate::api::check_benchmark(spec, manifest);
+        let errors: Vec<String> = findings
+            .iter()
+            .filter(|f| f.severity == crate::workload::Severity::Error)
+            .map(|f| format!("{}: {}", f.path, f.message))
+            .collect();
+        if !errors.is_empty() {
+            return Err(invalid(errors.join("; ")));
+        }
+        self.condition(
+            conditions::SPEC_VALID,
+            Cond::True,
+            reasons::VALID,
+            "the spec and its workload manifest are valid".into(),
+        );
+        Ok(manifest)
+    }
+
+    /// The target, once it can take load.
+    async fn target(&mut self, manifest: &WorkloadManifest) -> Result<ResolvedTarget, Blocked> {
+        let spec = &self.cb.spec;
+        let resolved = if let Some(url) = &spec.target.url {
+            Ok(ResolvedTarget {
+                key: url.trim_end_matches('/').to_owned(),
+                url: url.trim_end_matches('/').to_owned(),
+                metrics_targets: spec.target.metrics_urls.clone(),
+                discover_metrics: false,
+                replicas: spec
+                    .target
+                    .replicas
+                    .unwrap_or(manifest.engine.placement.replicas)
+                    .max(1),
+                time_scale: 1.0,
+                model: spec
+                    .target
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| manifest.model.id.clone()),
+            })
+        } else if let Some(svc) = &spec.target.service {
+            let namespace = svc
+                .namespace
+                .clone()
+                .unwrap_or_else(|| self.namespace().to_owned());
+            target::service(
+                &self.ctx.client,
+                &namespace,
+                spec,
+                manifest,
+                &svc.name,
+                svc.port,
+                false,
+            )
+            .await
+            .map_err(api_blocked)?
+        } else {
+            self.simulated(manifest).await?
+        };
+        resolved.map_err(|n: NotReady| Blocked {
+            condition: conditions::TARGET_REACHABLE,
+            reason: n.reason,
+            message: n.message,
+            phase: Phase::Pending,
+            retry: Some(if n.starting {
+                Duration::from_secs(2)
+            } else {
+                self.ctx.backoff(self.cb)
+            }),
+        })
+    }
+
+    /// Deploys the simulated engine and waits for it.
+    async fn simulated(
+        &mut self,
+        manifest: &WorkloadManifest,
+    ) -> Result<Result<ResolvedTarget, NotReady>, Blocked> {
+        let spec = &self.cb.spec;
+        let sim = spec.target.simulated.clone().unwrap_or_default();
+        let (deployment, service) = build::simulated_target(&self.owner, &self.ctx.image, &sim)
+            .map_err(|e| invalid(format!("spec.target.simulated.overrides: {e}")))?;
+        self.apply(&deployment).await.map_err(api_blocked)?;
+        self.apply(&service).await.map_err(api_blocked)?;
+        let name = self.owner.simulated_name();
+        let found = target::service(
+            &self.ctx.client,
+            &self.owner.namespace,
+            spec,
+            manifest,
+            &name,
+            build::SIMULATED_PORT,
+            true,
+        )
+        .await
+        .map_err(api_blocked)?;
+        let model = spec.target.model.clone().unwrap_or_else(|| {
+            crate::sim::setup::preset(&sim.preset)
+                .map_or_else(|| manifest.model.id.clone(), |s| s.model)
+        });
+        Ok(found.map(|t| ResolvedTarget {
+            // The engine is this benchmark's own: no other benchmark can hold it.
+            key: format!("simulated/{}/{}", self.owner.namespace, self.owner.name),
+            metrics_targets: Vec::new(),
+            discover_metrics: true,
+            replicas: sim.replicas.max(1),
+            time_scale: sim.time_scale,
+            model,
+            ..t
+        }))
+    }
+
+    /// Removes the simulated engine once the benchmark no longer needs it.
+    async fn teardown_simulated(&self) -> Result<(), Error> {
+        if self.cb.spec.target.is_simulated() {
+            let name = self.owner.simulated_name();
+            self.delete::<Deployment>(&name).await?;
+            self.delete::<Service>(&name).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the objects of the point the driver chose and marks it current.
+    async fn start(
+        &mut self,
+        key: PointKey,
+        manifest: &WorkloadManifest,
+        target: &ResolvedTarget,
+    ) -> Result<(), Error> {
+        let index = self.status.points.len();
+        let job_name = self.owner.job_name(self.generation, index);
+        let shards = shards(&self.cb.spec, key, target.time_scale);
+        let point = PointJob {
+            key,
+            spec: self.cb.spec.clone(),
+            manifest: manifest.clone(),
+            target: PointTarget {
+                url: target.url.clone(),
+                model: target.model.clone(),
+                metrics_targets: target.metrics_targets.clone(),
+                discover_metrics: target.discover_metrics,
+                time_scale: target.time_scale,
+            },
+            nonce: crate::workload::hashing::fnv1a(0, self.cb.uid().unwrap_or_default().as_bytes()),
+        };
+        let json = serde_json::to_string(&point).map_err(Error::Encode)?;
+        self.apply(&build::point_config_map(&self.owner, &job_name, json))
+            .await?;
+        let results: Vec<String> = (0..shards)
+            .map(|i| build::result_config_map_name(&job_name, i))
+            .collect();
+        for shard in 0..shards {
+            self.apply(&build::result_config_map(&self.owner, &job_name, shard))
+                .await?;
+        }
+        let (account, role, binding) = build::loadgen_rbac(&self.owner, results);
+        self.apply(&account).await?;
+        self.apply(&role).await?;
+        self.apply(&binding).await?;
+        let start_at = (shards > 1).then(|| {
+            k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
+                + SHARD_START_LEAD_S
+        });
+        self.apply(&build::point_job(
+            &self.owner,
+            &PointJobSpec {
+                name: job_name.clone(),
+                image: self.ctx.image.clone(),
+                shards,
+                backoff_limit: self.ctx.options.pod_retries * shards as i32,
+                deadline_seconds: deadline_seconds(&self.cb.spec, manifest, key, target.time_scale),
+                start_at,
+            },
+        ))
+        .await?;
+        let (kind, concurrency, offered_rps, repeat) = match key {
+            PointKey::Saturation { concurrency, .. } => (
+                crate::api::PointKind::Saturation,
+                Some(concurrency),
+                None,
+                0,
+            ),
+            PointKey::Rate { rate, repeat, .. } => {
+                (crate::api::PointKind::Rate, None, Some(rate), repeat)
+            }
+        };
+        let label = key.label();
+        self.status.current_point = Some(CurrentPoint {
+            label: label.clone(),
+            cache: key.cache(),
+            kind,
+            concurrency,
+            offered_rps,
+            repeat,
+            job: job_name.clone(),
+            started_at: Some(self.now.clone()),
+        });
+        self.status.phase = Some(Phase::Running);
+        self.condition(
+            conditions::PROGRESSING,
+            Cond::True,
+            reasons::RUNNING,
+            format!("running {label} (Job {job_name}, {shards} shard(s))"),
+        );
+        self.condition(
+            conditions::READY,
+            Cond::False,
+            reasons::RUNNING,
+            format!("{} of the points so far finished", self.status.points.len()),
+        );
+        self.event(
+            EventType::Normal,
+            "PointStarted",
+            &format!("Started {label} as Job {job_name}"),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// The current point's result once its Job finished: merged and gated, or invalid with
+    /// the reason. `None` while it runs.
+    async fn collect(
+        &mut self,
+        current: &CurrentPoint,
+        manifest: &WorkloadManifest,
+    ) -> Result<Option<crate::api::FinishedPoint>, Error> {
+        let Some(key) = points::point_key_of(
+            current.cache,
+            current.kind,
+            current.concurrency,
+            current.offered_rps,
+            current.repeat,
+        ) else {
+            return Ok(Some(points::invalid_point(
+                PointKey::Rate {
+                    cache: current.cache,
+                    rate: 0.0,
+                    repeat: 0,
+                },
+                "the current point in status names no load".into(),
+            )));
+        };
+        let jobs: Api<Job> = self.api();
+        let Some(job) = jobs
+            .get_opt(&current.job)
+            .await
+            .map_err(Error::read("Job"))?
+        else {
+            return Ok(Some(points::invalid_point(
+                key,
+                format!("Job {} disappeared before it finished", current.job),
+            )));
+        };
+        let conditions = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let holds = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == t && c.status == "True")
+        };
+        if let Some(failed) = holds("Failed") {
+            return Ok(Some(points::invalid_point(
+                key,
+                format!(
+                    "Job {} failed ({}): {}",
+                    current.job,
+                    failed.reason.clone().unwrap_or_default(),
+                    failed.message.clone().unwrap_or_default()
+                ),
+            )));
+        }
+        if holds("Complete").is_none() {
+            return Ok(None);
+        }
+        let shards = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.completions)
+            .unwrap_or(1)
+            .max(1) as u32;
+        let maps: Api<ConfigMap> = self.api();
+        let mut results = Vec::new();
+        for shard in 0..shards {
+            let name = build::result_config_map_name(&current.job, shard);
+            let cm = maps
+                .get_opt(&name)
+                .await
+                .map_err(Error::read("ConfigMap"))?;
+            let written = cm.as_ref().is_some_and(ShardResult::is_written);
+            match cm
+                .filter(|_| written)
+                .map(|cm| ShardResult::from_config_map(&cm))
+            {
+                Some(Ok(r)) => results.push(r),
+                Some(Err(e)) => {
+                    return Ok(Some(points::invalid_point(
+                        key,
+                        format!("shard {shard}'s result ConfigMap {name} does not parse: {e}"),
+                    )));
+                }
+                None => {
+                    return Ok(Some(points::invalid_point(
+                        key,
+                        format!("shard {shard} never reported (ConfigMap {name} holds no result)"),
+                    )));
+                }
+            }
+        }
+        let merged = match merge_shards(&results, &manifest.gate_config()) {
+            Ok(m) => m,
+            Err(e) => {
+                return Ok(Some(points::invalid_point(
+                    key,
+                    format!("the shards of Job {} do not merge: {e}", current.job),
+                )));
+            }
+        };
+        // The merged report joins the point file, so the conclusion reads it back from one
+        // place and a restarted operator does not merge again.
+        let point_map = build::point_config_map_name(&current.job);
+        let report = serde_json::to_string(merged.report()).map_err(Error::Encode)?;
+        maps.patch(
+            &point_map,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {REPORT_KEY: report}})),
+        )
+        .await
+        .map_err(Error::apply("ConfigMap", &point_map))?;
+        Ok(Some(points::finished_point(
+            key,
+            merged.report(),
+            merged.summary.validity.valid,
+            &merged.summary.validity.reasons,
+            manifest,
+            point_map,
+        )))
+    }
+
+    /// Every point has run: capacity per cache mode, per replica, and the plan.
+    async fn conclude(
+        &mut self,
+        plan: &SweepPlan,
+        manifest: &WorkloadManifest,
+        target: &ResolvedTarget,
+    ) -> Result<(), Error> {
+        let spec = &self.cb.spec;
+        let maps: Api<ConfigMap> = self.api();
+        let gate = manifest.gate_config();
+        let tested = TestedDeployment {
+            replicas: target.replicas,
+            gpus_per_replica: gpus_per_replica(spec, manifest),
+        };
+        let mut modes = Vec::new();
+        let mut plans = Vec::new();
+        for &cache in &plan.cache_modes {
+            let mut reports: Vec<(f64, bool, PointReport)> = Vec::new();
+            for p in
+                self.status.points.iter().filter(|p| {
+                    p.cache == cache && p.kind == crate::api::PointKind::Rate && p.valid
+                })
+            {
+                let (Some(rate), Some(map)) = (p.offered_rps, &p.result_config_map) else {
+                    continue;
+                };
+                let text = maps
+                    .get_opt(map)
+                    .await
+                    .map_err(Error::read("ConfigMap"))?
+                    .and_then(|cm| cm.data.and_then(|mut d| d.remove(REPORT_KEY)));
+                match text.map(|t| serde_json::from_str::<PointReport>(&t)) {
+                    Some(Ok(report)) => reports.push((rate, true, report)),
+                    _ => {
+                        return Err(Error::Result(format!(
+                            "the report of {} RPS in ConfigMap {map} is missing or unreadable",
+                            rate
+                        )));
+                    }
+                }
+            }
+            let rows: Vec<(f64, bool, &PointReport)> =
+                reports.iter().map(|(r, v, p)| (*r, *v, p)).collect();
+            let conclusion = driver::conclude_mode(
+                &rows,
+                &gate,
+                tested,
+                spec.peak.as_ref(),
+                manifest.acceptance.target_utilization,
+            )
+            .map_err(|e| Error::Result(format!("spec.peak: {e}")))?;
+            modes.push(ModeCapacity {
+                cache,
+                capacity_rps: conclusion.capacity_rps,
+                capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
+            });
+            plans.push((cache, conclusion.plan));
+        }
+        let capacities: Vec<_> = modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
+        let chosen = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
+        let mode = chosen.and_then(|c| modes.iter().find(|m| m.cache == c));
+        self.status.capacity_rps = mode.and_then(|m| m.capacity_rps);
+        self.status.capacity_per_replica_rps = mode.and_then(|m| m.capacity_per_replica_rps);
+        self.status.required_replicas = chosen
+            .and_then(|c| plans.iter().find(|p| p.0 == c))
+            .and_then(|p| p.1.as_ref())
+            .map(|p| u32::try_from(p.required_replicas).unwrap_or(u32::MAX));
+        self.status.modes = modes;
+        self.status.current_point = None;
+        self.status.phase = Some(Phase::Succeeded);
+        let message = match self.status.capacity_rps {
+            Some(c) => format!(
+                "capacity {c} RPS ({} per replica){}",
+                self.status
+                    .capacity_per_replica_rps
+                    .map_or("-".into(), |p| format!("{p:.3}")),
+                self.status
+                    .required_replicas
+                    .map_or(String::new(), |r| format!("; {r} replica(s) for the peak"))
+            ),
+            None => "no offered rate passed the gate".into(),
+        };
+        let reason = if self.status.capacity_rps.is_some() {
+            reasons::SUCCEEDED
+        } else {
+            reasons::NO_PASSING_RATE
+        };
+        self.condition(conditions::READY, Cond::True, reason, message.clone());
+        self.condition(
+            conditions::PROGRESSING,
+            Cond::False,
+            reasons::SUCCEEDED,
+            format!("all {} points finished", self.status.points.len()),
+        );
+        self.event(
+            EventType::Normal,
+            reasons::SUCCEEDED,
+            &format!("Finished: {message}"),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Server-side apply of an owned object with the operator's field manager.
+    async fn apply<K>(&self, object: &K) -> Result<(), Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + k8s_openapi::Resource
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        self.api::<K>()
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(Error::apply(<K as k8s_openapi::Resource>::KIND, &name))?;
+        Ok(())
+    }
+
+    /// Deletes an owned object and what it owns; absent is fine.
+    async fn delete<K>(&self, name: &str) -> Result<(), Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + k8s_openapi::Resource
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        match self.api::<K>().delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(Error::Delete {
+                kind: <K as k8s_openapi::Resource>::KIND,
+                name: name.to_owned(),
+                source: e,
+            }),
+        }
+    }
+
+    /// Writes status through `/status` when it differs from what was read. A replace, not
+    /// an apply: the operator owns the whole status, fields it drops must go, and the
+    /// resourceVersion guards against writing over a newer object (a conflict retries).
+    async fn write_status(&self, before: &CapacityBenchmarkStatus) -> Result<(), Error> {
+        if &self.status == before {
+            return Ok(());
+        }
+        let api: Api<CapacityBenchmark> = self.api();
+        let mut object = self.cb.clone();
+        object.status = Some(self.status.clone());
+        api.replace_status(&self.owner.name, &PostParams::default(), &object)
+            .await
+            .map_err(Error::Status)?;
+        Ok(())
+    }
+}
+
+fn invalid(message: String) -> Blocked {
+    Blocked {
+        condition: conditions::SPEC_VALID,
+        reason: reasons::INVALID_SPEC,
+        message,
+        phase: Phase::Failed,
+        retry: None,
+    }
+}
+
+/// An API error met while deciding: the benchmark waits and the reconcile is retried.
+fn api_blocked(e: impl std::fmt::Display) -> Blocked {
+    Blocked {
+        condition: conditions::PROGRESSING,
+        reason: "ApiError",
+        message: e.to_string(),
+        phase: Phase::Pending,
+        retry: Some(Duration::from_secs(5)),
+    }
+}
+
+/// GPUs per replica: the spec's, else the manifest's placement divided evenly (lint refuses
+/// an uneven split).
+fn gpus_per_replica(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> u32 {
+    spec.target
+        .gpus_per_replica
+        .or_else(|| manifest.engine.placement.gpus_per_replica())
+        .unwrap_or(1)
+}
+
+/// Pods a point needs: the spec's `loadgen.shards`, else enough that none sends more than
+/// [`RATE_PER_SHARD`] requests per second of wall time. A closed loop runs in one pod.
+fn shards(spec: &CapacityBenchmarkSpec, key: PointKey, time_scale: f64) -> u32 {
+    match key {
+        PointKey::Saturation { .. } => 1,
+        PointKey::Rate { rate, .. } => spec
+            .loadgen
+            .shards
+            .unwrap_or_else(|| ((rate * time_scale / RATE_PER_SHARD).ceil() as u32).clamp(1, 64)),
+    }
+    .max(1)
+}
+
+/// How long a point's Job may run: its longest schedule (every block of the minimum
+/// duration, the warmup) on the run's clock, plus time to start pods.
+fn deadline_seconds(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    key: PointKey,
+    time_scale: f64,
+) -> i64 {
+    let c = &manifest.client;
+    let model_s = match key {
+        PointKey::Saturation { .. } => {
+            spec.experiments
+                .saturation
+                .as_ref()
+                .map_or(60.0, |s| s.duration_seconds)
+                + c.warmup_seconds
+        }
+        PointKey::Rate { .. } => {
+            (c.minimum_duration_seconds + c.warmup_seconds)
+                * f64::from(spec.experiments.max_blocks.max(1))
+        }
+    };
+    (model_s / time_scale.max(1e-3) * 2.0 + 300.0).ceil() as i64
+}

@@ -1,0 +1,482 @@
+//! Pure builders: the objects a benchmark owns, from the validated benchmark and the point
+//! the driver chose. Nothing here talks to the API server; `apply` writes what these return.
+//!
+//! Every object is named deterministically from the benchmark (so a restarted operator finds
+//! what it created), carries the benchmark's labels and a controller `ownerReference` to it
+//! (so deleting the benchmark deletes them), and has `apiVersion`/`kind` set for server-side
+//! apply.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::api::SimulatedTarget;
+use crate::workload::hashing::fnv1a;
+
+/// Labels every owned object carries.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The benchmark an object belongs to (its name, shortened to a label value).
+pub const BENCHMARK_LABEL: &str = "goodput.dev/benchmark";
+/// The role of an owned object: `loadgen`, `simulated-engine`, `result`, `point`.
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// The port the simulated engine serves on.
+pub const SIMULATED_PORT: i32 = 8000;
+/// Where a loadgen pod finds its point file.
+const POINT_MOUNT: &str = "/etc/goodput";
+/// Key of the point file in the point ConfigMap.
+pub const POINT_KEY: &str = "point.json";
+
+/// The owner of everything built here.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    /// The benchmark's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its controller `ownerReference`.
+    pub reference: OwnerReference,
+}
+
+impl Owner {
+    /// Up to 40 characters of the benchmark's name, with a hash of the whole name when cut,
+    /// so derived names stay within 63 characters (Job names become pod label values).
+    pub fn base(&self) -> String {
+        short_name(&self.name, 40)
+    }
+
+    fn meta(&self, name: String, component: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels(component)),
+            owner_references: Some(vec![self.reference.clone()]),
+            ..Default::default()
+        }
+    }
+
+    /// The labels of an owned object with this component.
+    pub fn labels(&self, component: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (MANAGED_BY.to_owned(), "goodput".to_owned()),
+            (BENCHMARK_LABEL.to_owned(), short_name(&self.name, 63)),
+            (COMPONENT_LABEL.to_owned(), component.to_owned()),
+        ])
+    }
+
+    /// The Job of the point with this index in this generation of the spec.
+    pub fn job_name(&self, generation: i64, index: usize) -> String {
+        format!("{}-g{generation}-p{index}", self.base())
+    }
+
+    /// The simulated engine's Deployment and Service.
+    pub fn simulated_name(&self) -> String {
+        format!("{}-sim", self.base())
+    }
+
+    /// The loadgen pods' ServiceAccount, Role and RoleBinding.
+    pub fn loadgen_name(&self) -> String {
+        format!("{}-loadgen", self.base())
+    }
+}
+
+/// `name` if it fits in `max` characters, else its first part and a hash of the whole.
+fn short_name(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_owned();
+    }
+    let hash = format!("{:08x}", fnv1a(0, name.as_bytes()) as u32);
+    let keep = max - hash.len() - 1;
+    let head: String = name.chars().take(keep).collect();
+    format!("{}-{hash}", head.trim_end_matches(['-', '.']))
+}
+
+/// The ConfigMap a shard writes its result into.
+pub fn result_config_map_name(job: &str, shard: u32) -> String {
+    format!("{job}-{shard}")
+}
+
+/// The ConfigMap holding a point's file (what the loadgen pods run).
+pub fn point_config_map_name(job: &str) -> String {
+    format!("{job}-point")
+}
+
+/// The point file's ConfigMap.
+pub fn point_config_map(owner: &Owner, job: &str, point_json: String) -> ConfigMap {
+    ConfigMap {
+        metadata: owner.meta(point_config_map_name(job), "point"),
+        data: Some(BTreeMap::from([(POINT_KEY.to_owned(), point_json)])),
+        ..Default::default()
+    }
+}
+
+/// An empty result ConfigMap for one shard; the shard's pod fills it.
+pub fn result_config_map(owner: &Owner, job: &str, shard: u32) -> ConfigMap {
+    ConfigMap {
+        metadata: owner.meta(result_config_map_name(job, shard), "result"),
+        ..Default::default()
+    }
+}
+
+/// The loadgen pods' identity: it may read and write only the result ConfigMaps named.
+pub fn loadgen_rbac(owner: &Owner, results: Vec<String>) -> (ServiceAccount, Role, RoleBinding) {
+    let name = owner.loadgen_name();
+    let account = ServiceAccount {
+        metadata: owner.meta(name.clone(), "loadgen"),
+        ..Default::default()
+    };
+    let role = Role {
+        metadata: owner.meta(name.clone(), "loadgen"),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            resource_names: Some(results),
+            verbs: vec!["get".into(), "patch".into(), "update".into()],
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: owner.meta(name.clone(), "loadgen"),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name,
+            namespace: Some(owner.namespace.clone()),
+            ..Default::default()
+        }]),
+    };
+    (account, role, binding)
+}
+
+/// What a point's Job runs.
+#[derive(Clone, Debug)]
+pub struct PointJobSpec {
+    /// The Job's name.
+    pub name: String,
+    /// The image (`goodput`) the pods run.
+    pub image: String,
+    /// Shards: pods that each drive `1/shards` of the schedule (an Indexed Job).
+    pub shards: u32,
+    /// Pod failures tolerated before the point is recorded as invalid.
+    pub backoff_limit: i32,
+    /// Seconds the Job may run before it fails (a Job that never starts times out).
+    pub deadline_seconds: i64,
+    /// The shards' common start (Unix seconds), when sharded.
+    pub start_at: Option<f64>,
+}
+
+/// A point's Job: `goodput loadgen --point-file` in every pod, pod `i` running shard `i`
+/// and writing its result ConfigMap.
+pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
+    let mut args = vec![
+        "loadgen".to_owned(),
+        "--point-file".to_owned(),
+        format!("{POINT_MOUNT}/{POINT_KEY}"),
+        "--shard".to_owned(),
+        format!("$(JOB_COMPLETION_INDEX)/{}", spec.shards),
+        "--result-config-map".to_owned(),
+        format!("{}-$(JOB_COMPLETION_INDEX)", spec.name),
+        "--out".to_owned(),
+        "/var/lib/goodput/point".to_owned(),
+        "--quiet".to_owned(),
+    ];
+    if let Some(at) = spec.start_at {
+        args.extend(["--start-at".to_owned(), format!("{at:.3}")]);
+    }
+    let labels = owner.labels("loadgen");
+    Job {
+        metadata: owner.meta(spec.name.clone(), "loadgen"),
+        spec: Some(JobSpec {
+            completions: Some(spec.shards as i32),
+            parallelism: Some(spec.shards as i32),
+            completion_mode: Some("Indexed".into()),
+            backoff_limit: Some(spec.backoff_limit),
+            active_deadline_seconds: Some(spec.deadline_seconds),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    service_account_name: Some(owner.loadgen_name()),
+                    containers: vec![Container {
+                        name: "loadgen".into(),
+                        image: Some(spec.image.clone()),
+                        args: Some(args),
+                        volume_mounts: Some(vec![
+                            VolumeMount {
+                                name: "point".into(),
+                                mount_path: POINT_MOUNT.into(),
+                                read_only: Some(true),
+                                ..Default::default()
+                            },
+                            VolumeMount {
+                                name: "out".into(),
+                                mount_path: "/var/lib/goodput".into(),
+                                ..Default::default()
+                            },
+                        ]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![
+                        Volume {
+                            name: "point".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: point_config_map_name(&spec.name),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        Volume {
+                            name: "out".into(),
+                            empty_dir: Some(EmptyDirVolumeSource::default()),
+                            ..Default::default()
+                        },
+                    ]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The simulated engine (`goodput serve-sim`: its replicas behind its router, in one pod) as
+/// a Deployment and a Service, the way `goodput bench` starts it in-process.
+pub fn simulated_target(
+    owner: &Owner,
+    image: &str,
+    sim: &SimulatedTarget,
+) -> Result<(Deployment, Service), serde_json::Error> {
+    let name = owner.simulated_name();
+    let mut args = vec![
+        "serve-sim".to_owned(),
+        "--host".to_owned(),
+        "$(POD_IP)".to_owned(),
+        "--port".to_owned(),
+        SIMULATED_PORT.to_string(),
+        "--preset".to_owned(),
+        sim.preset.clone(),
+        "--replicas".to_owned(),
+        sim.replicas.max(1).to_string(),
+        "--time-scale".to_owned(),
+        sim.time_scale.to_string(),
+        "--stream-interval".to_owned(),
+        sim.stream_interval.max(1).to_string(),
+        "--cold-start-ms".to_owned(),
+        "1000".to_owned(),
+    ];
+    for (field, value) in &sim.overrides {
+        // JSON is YAML: `--set` parses the value as YAML.
+        args.extend([
+            "--set".to_owned(),
+            format!("{field}={}", serde_json::to_string(value)?),
+        ]);
+    }
+    let mut selector = owner.labels("simulated-engine");
+    selector.remove(MANAGED_BY);
+    let labels = owner.labels("simulated-engine");
+    let deployment = Deployment {
+        metadata: owner.meta(name.clone(), "simulated-engine"),
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "engine".into(),
+                        image: Some(image.to_owned()),
+                        args: Some(args),
+                        env: Some(vec![EnvVar {
+                            name: "POD_IP".into(),
+                            value_from: Some(EnvVarSource {
+                                field_ref: Some(ObjectFieldSelector {
+                                    field_path: "status.podIP".into(),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }]),
+                        ports: Some(vec![ContainerPort {
+                            name: Some("http".into()),
+                            container_port: SIMULATED_PORT,
+                            ..Default::default()
+                        }]),
+                        readiness_probe: Some(Probe {
+                            http_get: Some(HTTPGetAction {
+                                path: Some("/health".into()),
+                                port: IntOrString::String("http".into()),
+                                ..Default::default()
+                            }),
+                            period_seconds: Some(1),
+                            // An engine under a load test answers slowly: it is not gone.
+                            timeout_seconds: Some(5),
+                            failure_threshold: Some(30),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let service = Service {
+        metadata: owner.meta(name, "simulated-engine"),
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: SIMULATED_PORT,
+                target_port: Some(IntOrString::String("http".into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok((deployment, service))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(name: &str) -> Owner {
+        Owner {
+            name: name.into(),
+            namespace: "llm".into(),
+            reference: OwnerReference {
+                api_version: "goodput.dev/v1alpha1".into(),
+                kind: "CapacityBenchmark".into(),
+                name: name.into(),
+                uid: "u-1".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+        }
+    }
+
+    #[test]
+    fn names_stay_within_label_limits_and_are_stable() {
+        let long = "a-very-long-benchmark-name-that-goes-on-and-on-for-far-too-many-characters";
+        let o = owner(long);
+        let job = o.job_name(12, 345);
+        assert!(job.len() <= 63, "{job}");
+        assert_eq!(job, owner(long).job_name(12, 345), "deterministic");
+        assert_ne!(
+            o.base(),
+            owner(&format!("{long}-2")).base(),
+            "two long names that share a prefix stay apart"
+        );
+        assert_eq!(owner("qwen").job_name(1, 0), "qwen-g1-p0");
+        assert!(o.labels("loadgen")[BENCHMARK_LABEL].len() <= 63);
+    }
+
+    #[test]
+    fn a_point_job_is_indexed_owned_and_writes_its_shard_result() {
+        let o = owner("qwen");
+        let job = point_job(
+            &o,
+            &PointJobSpec {
+                name: o.job_name(1, 3),
+                image: "goodput:test".into(),
+                shards: 4,
+                backoff_limit: 2,
+                deadline_seconds: 600,
+                start_at: Some(1_700_000_000.5),
+            },
+        );
+        let spec = job.spec.as_ref().expect("a spec");
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!((spec.completions, spec.parallelism), (Some(4), Some(4)));
+        assert_eq!(
+            job.metadata.owner_references.as_ref().map(Vec::len),
+            Some(1)
+        );
+        let pod = spec.template.spec.as_ref().expect("a pod");
+        let args = pod.containers[0].args.clone().unwrap_or_default();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains("--shard $(JOB_COMPLETION_INDEX)/4"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--result-config-map qwen-g1-p3-$(JOB_COMPLETION_INDEX)"),
+            "{joined}"
+        );
+        assert!(joined.contains("--start-at 1700000000.500"), "{joined}");
+        assert_eq!(pod.service_account_name.as_deref(), Some("qwen-loadgen"));
+        assert_eq!(result_config_map_name("qwen-g1-p3", 2), "qwen-g1-p3-2");
+    }
+
+    #[test]
+    fn the_loadgen_role_writes_only_the_named_results() {
+        let (_, role, binding) = loadgen_rbac(&owner("qwen"), vec!["qwen-g1-p0-0".into()]);
+        let rules = role.rules.unwrap_or_default();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].resource_names.as_deref(),
+            Some(&["qwen-g1-p0-0".to_owned()][..])
+        );
+        assert!(
+            !rules[0]
+                .verbs
+                .iter()
+                .any(|v| v == "create" || v == "delete")
+        );
+        assert_eq!(binding.role_ref.name, "qwen-loadgen");
+    }
+
+    #[test]
+    fn the_simulated_target_runs_serve_sim_with_the_spec_setup() {
+        let sim = SimulatedTarget {
+            preset: "qwen2.5-7b-h100".into(),
+            overrides: BTreeMap::from([("prefix_caching".into(), serde_json::json!(true))]),
+            replicas: 2,
+            time_scale: 25.0,
+            stream_interval: 16,
+        };
+        let (deployment, service) =
+            simulated_target(&owner("qwen"), "goodput:test", &sim).expect("builds");
+        let pod = deployment.spec.template.spec.expect("a pod");
+        let args = pod.containers[0].args.clone().unwrap_or_default().join(" ");
+        assert!(
+            args.starts_with("serve-sim --host $(POD_IP) --port 8000"),
+            "{args}"
+        );
+        assert!(args.contains("--replicas 2 --time-scale 25"), "{args}");
+        assert!(args.contains("--set prefix_caching=true"), "{args}");
+        assert_eq!(
+            service.spec.and_then(|s| s.selector),
+            Some(BTreeMap::from([
+                (BENCHMARK_LABEL.to_owned(), "qwen".to_owned()),
+                (COMPONENT_LABEL.to_owned(), "simulated-engine".to_owned()),
+            ]))
+        );
+    }
+}

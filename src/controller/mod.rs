@@ -1,0 +1,316 @@
+//! `goodput operator`: the cluster shell. A `kube::runtime::Controller` for
+//! `CapacityBenchmark` that runs each test point the benchmark driver chooses as a Job of
+//! `goodput loadgen` pods, merges their results with the analysis core, and keeps every
+//! finished point in the benchmark's status (see [`benchmark`] for the pipeline).
+//!
+//! - [`benchmark`]: the reconcile pipeline of one benchmark.
+//! - [`build`]: the pure builders of the objects a benchmark owns.
+//! - [`status`]: finished points, driver records and conclusions, pure.
+//! - [`target`]: finding a Service target's address and ready pods.
+//! - [`metrics`]: the operator's Prometheus metrics and admin endpoints.
+//! - [`lease`]: leader election on a `coordination.k8s.io` Lease.
+
+pub mod benchmark;
+pub mod build;
+pub mod lease;
+pub mod metrics;
+pub mod status;
+pub mod target;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::api::{CapacityBenchmark, Phase};
+
+/// The field manager of every write, and the Events' reporting controller.
+pub const FIELD_MANAGER: &str = "goodput-operator";
+
+/// How the operator runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The image loadgen Jobs and simulated targets run (the operator's own).
+    pub image: String,
+    /// Watch only this namespace; `None`: all namespaces.
+    pub namespace: Option<String>,
+    /// Pod failures per shard a point tolerates before it is recorded as invalid.
+    pub pod_retries: i32,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// The image loadgen Jobs and simulated targets run.
+    pub image: String,
+    /// How the operator runs.
+    pub options: Options,
+    /// Every benchmark, as the controller's reflector holds them.
+    pub benchmarks: Store<CapacityBenchmark>,
+    /// Consecutive failures per benchmark, for exponential backoff.
+    failures: Mutex<HashMap<ObjectRef<CapacityBenchmark>, u32>>,
+    /// Reconcile counters and durations.
+    pub metrics: metrics::Metrics,
+}
+
+/// Why a reconcile failed. Each variant names the call that failed and keeps its source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object lacks a field the API server always sets.
+    #[error("the benchmark has no {0}")]
+    MissingField(&'static str),
+    /// Reading an object failed.
+    #[error("reading a {kind}: {source}")]
+    Read {
+        /// The kind read.
+        kind: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying an owned object failed.
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        /// The kind applied.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting an owned object failed.
+    #[error("deleting {kind} {name}: {source}")]
+    Delete {
+        /// The kind deleted.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing status failed.
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    /// A point file could not be encoded.
+    #[error("encoding a point: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// A recorded result could not be used.
+    #[error("{0}")]
+    Result(String),
+}
+
+impl Error {
+    /// A static category for the failure metric (never the message: bounded labels).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::MissingField(_) => "missing_field",
+            Error::Read { .. } => "read",
+            Error::Apply { .. } => "apply",
+            Error::Delete { .. } => "delete",
+            Error::Status(_) => "status",
+            Error::Encode(_) => "encode",
+            Error::Result(_) => "result",
+        }
+    }
+
+    fn read(kind: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Read { kind, source }
+    }
+
+    fn apply(kind: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Error {
+        let name = name.to_owned();
+        move |source| Error::Apply { kind, name, source }
+    }
+}
+
+impl Context {
+    /// Publishes an Event about a benchmark; a failure to publish is logged, never fatal.
+    pub async fn publish(
+        &self,
+        cb: &CapacityBenchmark,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.to_owned()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &cb.object_ref(&())).await {
+            warn!(error = %e, benchmark = %cb.name_any(), "Failed to publish an Event");
+        }
+    }
+
+    /// The next delay of a benchmark that keeps failing: 5 s doubling to 5 min.
+    pub fn backoff(&self, cb: &CapacityBenchmark) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(ObjectRef::from_obj(cb)).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(5u64.saturating_mul(1 << (*n - 1).min(6)).min(300))
+    }
+
+    fn succeeded(&self, cb: &CapacityBenchmark) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.remove(&ObjectRef::from_obj(cb));
+    }
+
+    /// The benchmark that holds `target` when it is not `cb`: among the unfinished
+    /// benchmarks of that target, one already running, else the oldest (then by name), so
+    /// every reconcile picks the same one without a lock object.
+    pub fn target_holder(&self, cb: &CapacityBenchmark, target: &str) -> Option<String> {
+        let key = |b: &CapacityBenchmark| {
+            let running = b.status.as_ref().is_some_and(|s| s.current_point.is_some());
+            (
+                !running,
+                b.metadata.creation_timestamp.clone().map(|t| t.0),
+                b.namespace().unwrap_or_default(),
+                b.name_any(),
+            )
+        };
+        let holder = self
+            .benchmarks
+            .state()
+            .into_iter()
+            .filter(|b| b.metadata.deletion_timestamp.is_none())
+            .filter(|b| {
+                !b.status.as_ref().is_some_and(|s| {
+                    matches!(s.phase, Some(Phase::Succeeded | Phase::Failed))
+                        && s.observed_generation == b.metadata.generation
+                })
+            })
+            .filter(|b| target_key(b).as_deref() == Some(target))
+            .min_by_key(|b| key(b))?;
+        let same = holder.namespace() == cb.namespace() && holder.name_any() == cb.name_any();
+        (!same).then(|| {
+            format!(
+                "{}/{}",
+                holder.namespace().unwrap_or_default(),
+                holder.name_any()
+            )
+        })
+    }
+}
+
+/// The lock key of a benchmark's target, as far as the spec tells it (a simulated target is
+/// the benchmark's own and never shared).
+fn target_key(cb: &CapacityBenchmark) -> Option<String> {
+    let t = &cb.spec.target;
+    if let Some(url) = &t.url {
+        return Some(url.trim_end_matches('/').to_owned());
+    }
+    if let Some(svc) = &t.service {
+        let ns = svc.namespace.clone().or_else(|| cb.namespace())?;
+        return Some(format!("svc/{ns}/{}", svc.name));
+    }
+    Some(format!(
+        "simulated/{}/{}",
+        cb.namespace().unwrap_or_default(),
+        cb.name_any()
+    ))
+}
+
+/// Backs off per benchmark and counts the failure.
+fn error_policy(cb: Arc<CapacityBenchmark>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(benchmark = %cb.name_any(), error = %error, "Failed to reconcile a CapacityBenchmark");
+    ctx.metrics.failed(error.category());
+    Action::requeue(ctx.backoff(&cb))
+}
+
+async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!(
+        "reconcile",
+        benchmark = %cb.name_any(),
+        namespace = %cb.namespace().unwrap_or_default()
+    );
+    let started = Instant::now();
+    let result = benchmark::reconcile(cb.clone(), ctx.clone())
+        .instrument(span)
+        .await;
+    ctx.metrics.reconciled(started.elapsed());
+    if result.is_ok() {
+        ctx.succeeded(&cb);
+    }
+    ctx.metrics.observe_capacity(&cb);
+    result
+}
+
+/// Runs the controller until `shutdown` resolves (then it stops starting reconciles and
+/// returns once the running ones finish; Jobs keep running in the cluster).
+pub async fn run(
+    client: Client,
+    options: Options,
+    metrics: metrics::Metrics,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (benchmarks, jobs, maps, deployments, services) = match &options.namespace {
+        Some(ns) => (
+            Api::<CapacityBenchmark>::namespaced(client.clone(), ns),
+            Api::<Job>::namespaced(client.clone(), ns),
+            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            Api::<Deployment>::namespaced(client.clone(), ns),
+            Api::<Service>::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let owned = || watcher::Config::default().labels(&format!("{}=goodput", build::MANAGED_BY));
+    let controller = Controller::new(benchmarks, watcher::Config::default())
+        .owns(jobs, owned())
+        .owns(maps, owned())
+        .owns(deployments, owned())
+        .owns(services, owned())
+        .graceful_shutdown_on(shutdown);
+    let context = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        client,
+        image: options.image.clone(),
+        benchmarks: controller.store(),
+        options,
+        failures: Mutex::default(),
+        metrics,
+    });
+    info!("Started the CapacityBenchmark controller");
+    controller
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            match result {
+                Ok(_) => {}
+                // Expected after a delete: the queue still held the object.
+                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                    tracing::debug!(object = %r, "Reconciled an object that is gone")
+                }
+                Err(e) => warn!(error = %e, "Controller error"),
+            }
+        })
+        .await;
+    info!("Stopped the CapacityBenchmark controller");
+}
