@@ -244,7 +244,7 @@ async fn a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds()
     let _serial = SERIAL.lock().await;
     let s = setup().await;
     let log = s.dir.path().join("operator.log");
-    let _operator = Operator::start(&s.kubeconfig, "goodput", &log);
+    let operator = Operator::start(&s.kubeconfig, "goodput", &log);
     let yaml = benchmark_yaml("sweep", "6, 24");
     create(&s.client, &yaml).await;
     let cb = wait_for(
@@ -300,6 +300,16 @@ async fn a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds()
     })
     .await
     .expect("the simulated engine is removed after the benchmark");
+
+    // Quiet when stable: once finished, nothing changes and nothing is reconciled.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled = operator.reconciles().await.expect("metrics");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        operator.reconciles().await,
+        Some(settled),
+        "reconciles after Succeeded"
+    );
 
     // `goodput bench` on the same YAML runs the same points and finds the same capacity.
     let local = bench(&yaml, s.dir.path());

@@ -4,5 +4,6 @@
 mod api;
 mod faults;
 mod kubectl;
+mod operator;
 mod support;
 mod workloads;
