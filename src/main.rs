@@ -829,9 +829,7 @@ fn serve_sim(args: ServeSimArgs) -> Result<ExitCode> {
         u32::from(args.port) + args.replicas,
         args.time_scale
     );
-    runtime.block_on(run_fleet(config, async {
-        let _ = tokio::signal::ctrl_c().await;
-    }))?;
+    runtime.block_on(run_fleet(config, shutdown_signal()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1374,7 +1372,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
     let result = runtime.block_on(async {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown_signal().await;
             eprintln!("bench: stopping; the current point is written as measured");
             let _ = stop_tx.send(true);
         });

@@ -322,9 +322,11 @@ impl Run<'_> {
     /// The target, once it can take load.
     async fn target(&mut self, manifest: &WorkloadManifest) -> Result<ResolvedTarget, Blocked> {
         let spec = &self.cb.spec;
+        let key = super::target_key(self.cb)
+            .ok_or_else(|| invalid("the benchmark has no namespace for its target".into()))?;
         let resolved = if let Some(url) = &spec.target.url {
             Ok(ResolvedTarget {
-                key: url.trim_end_matches('/').to_owned(),
+                key: key.clone(),
                 url: url.trim_end_matches('/').to_owned(),
                 metrics_targets: spec.target.metrics_urls.clone(),
                 discover_metrics: false,
@@ -359,17 +361,19 @@ impl Run<'_> {
         } else {
             self.simulated(manifest).await?
         };
-        resolved.map_err(|n: NotReady| Blocked {
-            condition: conditions::TARGET_REACHABLE,
-            reason: n.reason,
-            message: n.message,
-            phase: Phase::Pending,
-            retry: Some(if n.starting {
-                Duration::from_secs(2)
-            } else {
-                self.ctx.backoff(self.cb)
-            }),
-        })
+        resolved
+            .map(|t| ResolvedTarget { key, ..t })
+            .map_err(|n: NotReady| Blocked {
+                condition: conditions::TARGET_REACHABLE,
+                reason: n.reason,
+                message: n.message,
+                phase: Phase::Pending,
+                retry: Some(if n.starting {
+                    Duration::from_secs(2)
+                } else {
+                    self.ctx.backoff(self.cb)
+                }),
+            })
     }
 
     /// Deploys the simulated engine and waits for it.
@@ -400,8 +404,6 @@ impl Run<'_> {
                 .map_or_else(|| manifest.model.id.clone(), |s| s.model)
         });
         Ok(found.map(|t| ResolvedTarget {
-            // The engine is this benchmark's own: no other benchmark can hold it.
-            key: format!("simulated/{}/{}", self.owner.namespace, self.owner.name),
             metrics_targets: Vec::new(),
             discover_metrics: true,
             replicas: sim.replicas.max(1),

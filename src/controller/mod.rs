@@ -209,9 +209,9 @@ impl Context {
     }
 }
 
-/// The lock key of a benchmark's target, as far as the spec tells it (a simulated target is
-/// the benchmark's own and never shared).
-fn target_key(cb: &CapacityBenchmark) -> Option<String> {
+/// The lock key of a benchmark's target, as far as the spec tells it: `svc/<ns>/<name>`, the
+/// URL, or `simulated/<ns>/<name>` (a simulated target is the benchmark's own, never shared).
+pub(crate) fn target_key(cb: &CapacityBenchmark) -> Option<String> {
     let t = &cb.spec.target;
     if let Some(url) = &t.url {
         return Some(url.trim_end_matches('/').to_owned());

@@ -80,7 +80,8 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
     }
 }
 
-fn key_fields(key: PointKey) -> (PointKind, Option<u32>, Option<f64>, u32) {
+/// The status fields naming a point: kind, concurrency, offered rate, repeat.
+pub fn key_fields(key: PointKey) -> (PointKind, Option<u32>, Option<f64>, u32) {
     match key {
         PointKey::Saturation { concurrency, .. } => {
             (PointKind::Saturation, Some(concurrency), None, 0)
