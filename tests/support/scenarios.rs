@@ -1,0 +1,274 @@
+//! The operator's end-to-end scenarios, on any [`Env`]: the test cluster
+//! (`tests/operator.rs`) or a real cluster (`tests/e2e.rs`). Every wait is the test
+//! cluster's, stretched by [`Env::patience`] elsewhere; every assertion is the same.
+
+use std::time::{Duration, Instant};
+
+use goodput::api::{CapacityBenchmark, Phase};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+
+use crate::harness::{Env, bench, benchmark_yaml, phase, points};
+
+/// A simulated benchmark runs its points as Jobs, reaches the capacity `goodput bench`
+/// finds on the same YAML, removes its simulated engine and then stays quiet.
+pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
+    let operator = env.operator();
+    let yaml = benchmark_yaml("sweep", "6, 24");
+    env.create(&yaml).await;
+    let cb = env
+        .wait_for("sweep", Duration::from_secs(240), "Succeeded", |cb| {
+            phase(cb) == Some(Phase::Succeeded)
+        })
+        .await;
+    let status = cb.status.clone().expect("status");
+    let verdicts: Vec<(Option<f64>, &str)> = status
+        .points
+        .iter()
+        .map(|p| (p.offered_rps, p.verdict.as_str()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [(Some(6.0), "pass"), (Some(24.0), "fail")],
+        "{:#?}",
+        status.points
+    );
+    assert_eq!(status.capacity_rps, Some(6.0));
+    assert_eq!(status.capacity_per_replica_rps, Some(6.0));
+    // ceil(30 / (6 × 0.75)) = 7.
+    assert_eq!(status.required_replicas, Some(7));
+    let ready = goodput::api::conditions::find(&status.conditions, "Ready").expect("Ready");
+    assert_eq!(ready.status, "True");
+    assert_eq!(status.observed_generation, cb.metadata.generation);
+
+    // Every point was a Job owned by the benchmark; the simulated engine is gone.
+    let names = env.jobs_of(&cb).await;
+    assert_eq!(names.len(), 2, "{names:?}");
+    let deployments: Api<Deployment> = env.api();
+    env.within(
+        Duration::from_secs(20),
+        "the simulated engine is removed after the benchmark",
+        async {
+            while deployments
+                .get_opt("sweep-sim")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+
+    // Quiet when stable: once finished, nothing changes and nothing is reconciled.
+    tokio::time::sleep(env.settle).await;
+    let settled = operator.reconciles().await.expect("metrics");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        operator.reconciles().await,
+        Some(settled),
+        "reconciles after Succeeded"
+    );
+
+    // `goodput bench` on the same YAML runs the same points and finds the same capacity.
+    let local = bench(&yaml, env.dir.path());
+    let cold = &local["modes"][0];
+    let rates: Vec<f64> = cold["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .filter_map(|p| p["offered_rps"].as_f64())
+        .collect();
+    assert_eq!(rates, [6.0, 24.0]);
+    assert_eq!(cold["capacity_rps"].as_f64(), status.capacity_rps);
+    assert_eq!(
+        local["plan"]["required_replicas"].as_u64(),
+        status.required_replicas.map(u64::from)
+    );
+}
+
+/// An operator killed after the first point is replaced; the benchmark finishes with every
+/// point once.
+pub async fn a_restarted_operator_loses_and_repeats_no_point(env: &Env) {
+    let mut first = env.operator();
+    env.create(&benchmark_yaml("resume", "6, 9, 24")).await;
+    env.wait_for(
+        "resume",
+        Duration::from_secs(180),
+        "a first finished point",
+        |cb| !points(cb).is_empty(),
+    )
+    .await;
+    first.kill();
+    let _second = env.operator();
+    let cb = env
+        .wait_for("resume", Duration::from_secs(240), "Succeeded", |cb| {
+            phase(cb) == Some(Phase::Succeeded)
+        })
+        .await;
+    let rates: Vec<Option<f64>> = points(&cb).iter().map(|p| p.offered_rps).collect();
+    assert_eq!(
+        rates,
+        [Some(6.0), Some(9.0), Some(24.0)],
+        "no point lost or run twice"
+    );
+    let count = env.jobs_of(&cb).await.len();
+    assert_eq!(count, 3, "one Job per point");
+    assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), Some(9.0));
+}
+
+/// A spec the validator refuses: `SpecValid=False`, a Warning Event, no Job, no reconcile
+/// loop.
+pub async fn an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_loop(env: &Env) {
+    let operator = env.operator();
+    // A mix that does not sum to 1: the manifest validator refuses it.
+    let yaml = benchmark_yaml("broken", "6").replace(
+        "mix: 0.5, input_tokens: 2048",
+        "mix: 0.7, input_tokens: 2048",
+    );
+    env.create(&yaml).await;
+    let cb = env
+        .wait_for("broken", Duration::from_secs(30), "SpecValid=False", |cb| {
+            cb.status.as_ref().is_some_and(|s| {
+                goodput::api::conditions::find(&s.conditions, "SpecValid")
+                    .is_some_and(|c| c.status == "False")
+            })
+        })
+        .await;
+    let uid = cb.metadata.uid.clone();
+    let status = cb.status.clone().expect("status");
+    let valid = goodput::api::conditions::find(&status.conditions, "SpecValid").expect("SpecValid");
+    assert_eq!(valid.reason, "InvalidSpec");
+    assert!(valid.message.contains("mix"), "{}", valid.message);
+    assert_eq!(status.phase, Some(Phase::Failed));
+
+    let events: Api<Event> = env.api();
+    let warning = env
+        .within(Duration::from_secs(10), "a Warning Event", async {
+            loop {
+                let list = events.list(&ListParams::default()).await.expect("events");
+                if let Some(e) = list.items.into_iter().find(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("InvalidSpec")
+                        && e.involved_object.uid == uid
+                }) {
+                    return e;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+    assert_eq!(warning.involved_object.name.as_deref(), Some("broken"));
+
+    // No Job, and no reconcile loop: the count stands still while nothing changes.
+    let jobs = env.jobs_of(&cb).await;
+    assert!(jobs.is_empty(), "{jobs:?}");
+    tokio::time::sleep(env.settle).await;
+    let before = operator.reconciles().await.expect("metrics");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = operator.reconciles().await.expect("metrics");
+    assert_eq!(before, after, "reconciles while nothing changed");
+}
+
+/// Deleting a benchmark while a point runs removes its Jobs, ConfigMaps and simulated
+/// engine.
+pub async fn deleting_a_running_benchmark_removes_what_it_created(env: &Env) {
+    let _operator = env.operator();
+    env.create(&benchmark_yaml("doomed", "6, 9, 12, 24")).await;
+    env.wait_for(
+        "doomed",
+        Duration::from_secs(120),
+        "a running point",
+        |cb| {
+            cb.status
+                .as_ref()
+                .is_some_and(|s| s.current_point.is_some())
+        },
+    )
+    .await;
+    let api: Api<CapacityBenchmark> = env.api();
+    api.delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete");
+    env.within(
+        Duration::from_secs(30),
+        "owned Jobs, ConfigMaps and the simulated engine are deleted",
+        async {
+            while env.owned_by_label("doomed").await > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+}
+
+/// Two operators: only the Lease holder reconciles; when it dies without releasing the
+/// Lease, the standby takes over within the lease and finishes the benchmark.
+pub async fn only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease(env: &Env) {
+    let lease = |id: &'static str| {
+        [
+            "--identity",
+            id,
+            "--lease-duration-s",
+            "2",
+            "--lease-renew-s",
+            "0.5",
+        ]
+    };
+    let mut a = env.operator_with(&lease("a"));
+    env.within(Duration::from_secs(20), "the first operator leads", async {
+        while a.leader().await != Some(1) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let b = env.operator_with(&lease("b"));
+    env.create(&benchmark_yaml("ha", "6, 9, 24")).await;
+    env.wait_for(
+        "ha",
+        Duration::from_secs(180),
+        "a first finished point",
+        |cb| !points(cb).is_empty(),
+    )
+    .await;
+    assert_eq!(b.leader().await, Some(0), "the standby does not lead");
+    assert_eq!(
+        b.reconciles().await,
+        Some(0),
+        "the standby never reconciles"
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = env.api();
+    let holder = leases
+        .get("goodput-operator")
+        .await
+        .expect("the Lease")
+        .spec
+        .and_then(|l| l.holder_identity);
+    assert_eq!(holder.as_deref(), Some("a"));
+
+    // The leader dies without releasing its claim: the standby takes over once it lapses.
+    a.kill();
+    let killed = Instant::now();
+    env.within(Duration::from_secs(20), "the standby leads", async {
+        while b.leader().await != Some(1) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "took over after {took:?} (lease 2 s, renewals every 0.5 s)"
+    );
+    let cb = env
+        .wait_for("ha", Duration::from_secs(240), "Succeeded", |cb| {
+            phase(cb) == Some(Phase::Succeeded)
+        })
+        .await;
+    let rates: Vec<Option<f64>> = points(&cb).iter().map(|p| p.offered_rps).collect();
+    assert_eq!(rates, [Some(6.0), Some(9.0), Some(24.0)]);
+}
