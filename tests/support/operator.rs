@@ -122,6 +122,11 @@ impl Operator {
         }
     }
 
+    /// The operator process's id (for reading its memory from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `goodput_operator_reconciles_total` from `/metrics`.
     pub async fn reconciles(&self) -> Option<u64> {
         self.metric("goodput_operator_reconciles_total").await
@@ -133,15 +138,20 @@ impl Operator {
     }
 
     pub async fn metric(&self, name: &str) -> Option<u64> {
-        let text = reqwest::get(format!("{}/metrics", self.admin))
+        let text = self.metrics_text().await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The whole `/metrics` page.
+    pub async fn metrics_text(&self) -> Option<String> {
+        reqwest::get(format!("{}/metrics", self.admin))
             .await
             .ok()?
             .text()
             .await
-            .ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
+            .ok()
     }
 
     pub fn kill(&mut self) {
