@@ -288,7 +288,7 @@ fn point_config_maps(cb: &CapacityBenchmark, result_kib: usize) -> Vec<ConfigMap
     };
     let mut maps = Vec::new();
     for index in 0..points {
-        let job = owner.job_name(generation, index);
+        let job = owner.job_name(generation, index, 0);
         let mut point = build::point_config_map(&owner, &job, spec.clone());
         if let Some(data) = point.data.as_mut() {
             data.insert("slo-report.json".into(), "x".repeat(6 * 1024));

@@ -26,6 +26,19 @@ use goodput::workload::{LoadedManifest, WorkloadManifest, load_manifest, seed_ma
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as text, or as one JSON object per line (for log collectors).
+    /// `RUST_LOG` sets the level (default `warn`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the span (e.g. the reconciled object) as fields.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -151,14 +164,17 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     let result = match cli.command {
         Command::Analyze(args) => analyze(args),
         Command::Plan(args) => plan(args),

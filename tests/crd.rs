@@ -243,13 +243,19 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
         conditions: conds,
         target: Some("svc/qwen-7b".into()),
         current_point: Some(CurrentPoint {
-            label: CurrentPoint::label_for(CacheModeName::Cold, PointKind::Rate, None, Some(18.0)),
+            label: goodput::bench::driver::PointKey::Rate {
+                cache: CacheModeName::Cold,
+                rate: 18.0,
+                repeat: 0,
+            }
+            .label(),
             cache: CacheModeName::Cold,
             kind: PointKind::Rate,
             concurrency: None,
             offered_rps: Some(18.0),
             repeat: 0,
             job: "by-service-cold-rate-18-0".into(),
+            attempt: 0,
             started_at: Some(at(1_780_000_060)),
         }),
         points: vec![FinishedPoint {
@@ -337,7 +343,7 @@ async fn status_round_trips_through_the_status_subresource() {
             json!("by-service"),
             json!("svc/qwen-7b"),
             json!("Running"),
-            json!("cold rate 18.0"),
+            json!("cold rate 18"),
             json!(12.0),
             json!(6.0),
             json!(4),

@@ -9,7 +9,14 @@
 mod harness;
 #[path = "support/scenarios.rs"]
 mod scenarios;
-use harness::Env;
+use harness::{Env, Operator, benchmark_yaml, create, phase, points, setup, wait_for};
+
+use std::time::Duration;
+
+use goodput::api::{CapacityBenchmark, FinishedPoint, Phase};
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use kube::api::ListParams;
 
 /// Benchmarks measure latency on a 2-core machine: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -47,4 +54,335 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease() 
     let _serial = SERIAL.lock().await;
     let env = Env::test_cluster().await;
     scenarios::only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease(&env).await;
+}
+
+// Faults only the test cluster can inject (killed pods, unpullable images).
+
+/// The first Warning Event with this reason about `name`, waiting up to `timeout`.
+async fn warning(
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+    timeout: Duration,
+) -> k8s_openapi::api::core::v1::Event {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    tokio::time::timeout(timeout, async {
+        loop {
+            let list = events.list(&ListParams::default()).await.expect("events");
+            if let Some(e) = list.items.into_iter().find(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+                    && e.involved_object.name.as_deref() == Some(name)
+            }) {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no Warning Event {reason} about {name}"))
+}
+
+fn condition<'a>(
+    cb: &'a CapacityBenchmark,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    cb.status
+        .as_ref()
+        .and_then(|s| goodput::api::conditions::find(&s.conditions, type_))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_invalid_point() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start_with(
+        &s.kubeconfig,
+        "goodput",
+        &log,
+        &["--pod-retries", "1", "--shard-start-lead-s", "5"],
+    );
+    // The first attempt of the first point crashes once; every attempt of the second
+    // point (two shards) crashes. The killer stops once it has killed a pod of each of
+    // those three Jobs.
+    let doomed = |job: &str| job == "crash-g1-p0" || job.starts_with("crash-g1-p1");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(s.client.clone(), "default");
+    let kubelet_pods = pods.clone();
+    let cluster = &s.cluster;
+    let killer = async {
+        let mut killed = std::collections::BTreeSet::new();
+        loop {
+            let list = kubelet_pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=loadgen"))
+                .await
+                .expect("pods");
+            for p in list.items {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let job = p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("job-name").cloned())
+                    .unwrap_or_default();
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if doomed(&job) && running && cluster.kubelet().is_running("default", &name) {
+                    cluster.kubelet().kill("default", &name);
+                    killed.insert(job);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if killed.len() >= 3 {
+                return killed;
+            }
+        }
+    };
+    create(&s.client, &benchmark_yaml("crash", "6, 24")).await;
+    let killed = tokio::time::timeout(Duration::from_secs(180), killer)
+        .await
+        .expect("three attempts were killed");
+    let cb = wait_for(
+        &s.client,
+        "crash",
+        Duration::from_secs(180),
+        "Succeeded",
+        |cb| phase(cb) == Some(Phase::Succeeded),
+    )
+    .await;
+    let finished = points(&cb);
+    assert_eq!(finished.len(), 2, "{finished:#?} (killed {killed:?})");
+    assert!(
+        finished[0].valid && finished[0].verdict == FinishedPoint::PASS,
+        "the retried point measured: {:#?}",
+        finished[0]
+    );
+    let invalid = &finished[1];
+    assert_eq!(invalid.verdict, FinishedPoint::INVALID);
+    assert!(!invalid.valid && invalid.offered_rps == Some(24.0));
+    let reason = invalid.reasons.join(" ");
+    assert!(
+        reason.contains("attempt 2 of 2") && reason.contains("exit 137"),
+        "the reason says what happened: {reason}"
+    );
+    let retried = warning(&s.client, "crash", "PointRetried", Duration::from_secs(5)).await;
+    assert!(
+        retried
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("crash-g1-p0-a1"),
+        "{retried:?}"
+    );
+    warning(&s.client, "crash", "PointFailed", Duration::from_secs(5)).await;
+    // The invalid point is no evidence: the capacity rests on the measured one.
+    assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), Some(6.0));
+    let left: Vec<String> = Api::<Job>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect();
+    assert_eq!(
+        left,
+        ["crash-g1-p0-a1", "crash-g1-p1-a1"],
+        "failed attempts are removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_pods_never_start_times_out_with_a_condition() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let log = s.dir.path().join("operator.log");
+    s.cluster.kubelet().set_image_pullable("goodput", false);
+    let _operator = Operator::start_with(
+        &s.kubeconfig,
+        "goodput",
+        &log,
+        &["--pod-start-timeout-s", "6"],
+    );
+    // A URL target: nothing to deploy, so only the loadgen pods need the image.
+    let yaml = benchmark_yaml("stuck", "6, 24").replace(
+        "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}",
+        "url: http://127.0.0.1:9",
+    );
+    assert!(yaml.contains("url: http://127.0.0.1:9"));
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "stuck",
+        Duration::from_secs(30),
+        "PodsPending",
+        |cb| condition(cb, "Progressing").is_some_and(|c| c.reason == "PodsPending"),
+    )
+    .await;
+    let pending = condition(&cb, "Progressing").expect("Progressing");
+    assert!(
+        pending.message.contains("stuck-g1-p0") && pending.message.contains("ImagePull"),
+        "{}",
+        pending.message
+    );
+    // Each point gives up after the start timeout; the benchmark goes on to the next.
+    let cb = wait_for(
+        &s.client,
+        "stuck",
+        Duration::from_secs(60),
+        "two finished points",
+        |cb| points(cb).len() >= 2,
+    )
+    .await;
+    for p in &points(&cb)[..2] {
+        assert_eq!(p.verdict, FinishedPoint::INVALID, "{p:#?}");
+        let reason = p.reasons.join(" ");
+        assert!(
+            reason.contains("never started within 6 s") && reason.contains("ImagePull"),
+            "{reason}"
+        );
+    }
+    warning(&s.client, "stuck", "PointFailed", Duration::from_secs(5)).await;
+    let jobs: Vec<String> = Api::<Job>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect();
+    assert!(
+        !jobs
+            .iter()
+            .any(|j| j == "stuck-g1-p0" || j == "stuck-g1-p1"),
+        "Jobs that never started are removed: {jobs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_empty_service_target_is_a_condition_and_an_event() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start(&s.kubeconfig, "goodput", &log);
+    let target = "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}";
+    let yaml = benchmark_yaml("nosvc", "6").replace(target, "service: {name: qwen, port: 8000}");
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "nosvc",
+        Duration::from_secs(30),
+        "TargetReachable=False",
+        |cb| condition(cb, "TargetReachable").is_some_and(|c| c.status == "False"),
+    )
+    .await;
+    let c = condition(&cb, "TargetReachable").expect("TargetReachable");
+    assert_eq!(c.reason, "TargetNotFound");
+    assert!(c.message.contains("default/qwen"), "{}", c.message);
+    warning(&s.client, "nosvc", "TargetNotFound", Duration::from_secs(5)).await;
+
+    // The Service appears, selecting no pod: still not reachable, now for that reason.
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "qwen", "namespace": "default"},
+        "spec": {"selector": {"app": "qwen"}, "ports": [{"port": 8000}]}
+    }))
+    .expect("a Service literal");
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(s.client.clone(), "default")
+        .create(&kube::api::PostParams::default(), &svc)
+        .await
+        .expect("the Service is created");
+    let cb = wait_for(
+        &s.client,
+        "nosvc",
+        Duration::from_secs(60),
+        "NoReadyEndpoints",
+        |cb| condition(cb, "TargetReachable").is_some_and(|c| c.reason == "NoReadyEndpoints"),
+    )
+    .await;
+    assert_eq!(phase(&cb), Some(Phase::Pending));
+    warning(
+        &s.client,
+        "nosvc",
+        "NoReadyEndpoints",
+        Duration::from_secs(5),
+    )
+    .await;
+    let jobs = Api::<Job>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    assert!(jobs.is_empty(), "no load without a target");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    // A role with everything the operator uses except writing Jobs (it may still watch
+    // them): RBAC denies the point's Job.
+    let rbac = serde_json::json!([
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "operator", "namespace": "default"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "goodput-no-jobs"},
+         "rules": [
+            {"apiGroups": ["", "apps", "goodput.dev", "coordination.k8s.io", "events.k8s.io",
+                           "discovery.k8s.io", "rbac.authorization.k8s.io"],
+             "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]}
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "goodput-no-jobs"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "goodput-no-jobs"},
+         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": "default"}]}
+    ]);
+    for object in rbac.as_array().expect("a list") {
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(object.clone()).expect("an object");
+        let gvk = kube::api::GroupVersionKind::try_from(
+            object.types.as_ref().expect("apiVersion and kind"),
+        )
+        .expect("a GVK");
+        let (resource, caps) = kube::discovery::pinned_kind(&s.client, &gvk)
+            .await
+            .expect("the kind is served");
+        let api: Api<kube::api::DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced
+        {
+            Api::namespaced_with(s.client.clone(), "default", &resource)
+        } else {
+            Api::all_with(s.client.clone(), &resource)
+        };
+        api.create(&kube::api::PostParams::default(), &object)
+            .await
+            .expect("RBAC object created");
+    }
+    let kubeconfig = s.dir.path().join("operator-kubeconfig");
+    std::fs::write(&kubeconfig, s.cluster.kubeconfig_for("default", "operator"))
+        .expect("kubeconfig written");
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start(&kubeconfig, "goodput", &log);
+    let target = "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}";
+    let yaml = benchmark_yaml("denied", "6").replace(target, "url: http://127.0.0.1:9");
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "denied",
+        Duration::from_secs(30),
+        "Forbidden",
+        |cb| condition(cb, "Progressing").is_some_and(|c| c.reason == "Forbidden"),
+    )
+    .await;
+    let c = condition(&cb, "Progressing").expect("Progressing");
+    assert_eq!(c.status, "False");
+    assert!(c.message.contains("Job"), "{}", c.message);
+    assert_eq!(phase(&cb), Some(Phase::Pending));
+    assert!(points(&cb).is_empty(), "no point recorded on a refusal");
+    warning(&s.client, "denied", "Forbidden", Duration::from_secs(5)).await;
+    let jobs = Api::<Job>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    assert!(jobs.is_empty());
 }

@@ -38,6 +38,14 @@ pub mod reason {
     pub const WAITING_FOR_TARGET: &str = "WaitingForTarget";
     /// A point could not be measured (its Job failed); not a verdict on the target.
     pub const POINT_FAILED: &str = "PointFailed";
+    /// A point's pod failed and its Job was started again (within `--pod-retries`).
+    pub const POINT_RETRIED: &str = "PointRetried";
+    /// No pod of the current point has started yet (image pull, scheduling, config).
+    pub const PODS_PENDING: &str = "PodsPending";
+    /// The operator may not read or write what it needs (its RBAC).
+    pub const FORBIDDEN: &str = "Forbidden";
+    /// An API call failed; the reconcile is retried with backoff.
+    pub const API_ERROR: &str = "ApiError";
     /// The spec changed during the run; the run starts over for the new generation.
     pub const SPEC_CHANGED: &str = "SpecChanged";
     /// Every point ran, yet no offered rate passed the gate: no capacity.

@@ -111,31 +111,17 @@ pub struct CurrentPoint {
     /// The Job that sends the point's load.
     #[serde(default)]
     pub job: String,
+    /// Which attempt this Job is (0: the first): a Job whose pod failed is started again
+    /// under a new name, up to the operator's `--pod-retries`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
     /// When the point's load started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
 }
 
-impl CurrentPoint {
-    /// The label of a point: `cold rate 18.0`, `warm saturation c=16`; `cold rate` or
-    /// `warm saturation` when the level is unknown.
-    pub fn label_for(
-        cache: CacheModeName,
-        kind: PointKind,
-        concurrency: Option<u32>,
-        offered_rps: Option<f64>,
-    ) -> String {
-        let cache = match cache {
-            CacheModeName::Cold => "cold",
-            CacheModeName::Warm => "warm",
-        };
-        match (kind, concurrency, offered_rps) {
-            (PointKind::Saturation, Some(c), _) => format!("{cache} saturation c={c}"),
-            (PointKind::Saturation, None, _) => format!("{cache} saturation"),
-            (PointKind::Rate, _, Some(rps)) => format!("{cache} rate {rps:.1}"),
-            (PointKind::Rate, _, None) => format!("{cache} rate"),
-        }
-    }
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One finished run of one point, and its verdict.
@@ -272,25 +258,6 @@ pub struct ResolvedIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_read_as_people_say_them() {
-        use CacheModeName::{Cold, Warm};
-        let label = CurrentPoint::label_for;
-        assert_eq!(
-            label(Cold, PointKind::Rate, None, Some(18.0)),
-            "cold rate 18.0"
-        );
-        assert_eq!(
-            label(Warm, PointKind::Saturation, Some(16), None),
-            "warm saturation c=16"
-        );
-        assert_eq!(
-            label(Cold, PointKind::Rate, None, Some(7.25)),
-            "cold rate 7.2"
-        );
-        assert_eq!(label(Warm, PointKind::Rate, None, None), "warm rate");
-    }
 
     #[test]
     fn reasons_are_bounded_in_count_and_length() {

@@ -28,9 +28,19 @@ pub struct OperatorArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     admin_addr: SocketAddr,
-    /// Pod failures per shard a point tolerates before it is recorded as invalid.
+    /// Times a point whose loadgen pod failed (exit code, OOM kill, eviction) is started
+    /// again, every shard anew, before the point is recorded as invalid with the reason.
     #[arg(long, default_value_t = 2)]
     pod_retries: i32,
+    /// Seconds a point's pods may all wait to start (image pull, scheduling) before the
+    /// point is recorded as invalid.
+    #[arg(long, default_value_t = 600)]
+    pod_start_timeout_s: u64,
+    /// Seconds from creating a sharded point's Job to its shards' common start: time for
+    /// every pod to be scheduled, pull the image and start. A shard that starts after it
+    /// makes the point invalid, so raise it on a slow cluster.
+    #[arg(long, default_value_t = 30.0)]
+    shard_start_lead_s: f64,
     /// The Lease that elects the one replica that writes.
     #[arg(long, default_value = "goodput-operator")]
     lease_name: String,
@@ -70,6 +80,10 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
             image: args.image,
             namespace: args.namespace,
             pod_retries: args.pod_retries.max(0),
+            pod_start_timeout: std::time::Duration::from_secs(args.pod_start_timeout_s),
+            shard_start_lead: std::time::Duration::from_secs_f64(
+                args.shard_start_lead_s.clamp(0.0, 3600.0),
+            ),
         };
         let signal = tokio::spawn(async move {
             crate::shutdown_signal().await;

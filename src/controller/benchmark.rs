@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 
 use super::build::{self, Owner, PointJobSpec};
 use super::target::{self, NotReady, ResolvedTarget};
-use super::{Context, Error, FIELD_MANAGER, status as points};
+use super::{Context, Error, FIELD_MANAGER, pods, status as points};
 use crate::analysis::PointReport;
 use crate::api::conditions::{self, Status as Cond, reason as reasons};
 use crate::api::{
@@ -41,8 +41,32 @@ const REPORT_KEY: &str = "slo-report.json";
 /// Most requests per second one loadgen pod is asked to send (wall clock) before a point
 /// is sharded, when the spec does not say.
 const RATE_PER_SHARD: f64 = 400.0;
-/// Seconds between creating a sharded Job and its shards' common start.
-const SHARD_START_LEAD_S: f64 = 5.0;
+
+/// How long a point's pods may all wait before the benchmark says so in a condition (or
+/// half the start timeout, when that is shorter).
+const PENDING_GRACE: Duration = Duration::from_secs(10);
+/// How often a point whose pods have not started is looked at again.
+const PENDING_POLL: Duration = Duration::from_secs(5);
+
+/// What became of the current point.
+enum Collected {
+    /// Its Job runs; look again after this long (or on a change to the Job).
+    Running(Duration),
+    /// Its Job failed and was started again.
+    Retried,
+    /// Its result, or why it has none.
+    Finished(crate::api::FinishedPoint),
+}
+
+/// When a blocked benchmark is looked at again.
+enum Retry {
+    /// After this long (something it waits for is on its way).
+    After(Duration),
+    /// After the benchmark's next backoff delay (5 s doubling to 5 min).
+    Backoff,
+    /// Only when the benchmark changes.
+    OnChange,
+}
 
 /// A reconcile's findings about a benchmark that cannot run (yet).
 struct Blocked {
@@ -50,16 +74,27 @@ struct Blocked {
     reason: &'static str,
     message: String,
     phase: Phase,
-    /// Poll again this soon; `None`: wait for a change to the benchmark.
-    retry: Option<Duration>,
+    /// When to look again.
+    retry: Retry,
 }
 
 /// Reconciles one benchmark.
-pub async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = cb
+pub async fn reconcile(cached: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cached
         .namespace()
         .ok_or(Error::MissingField(".metadata.namespace"))?;
-    let name = cb.name_any();
+    let name = cached.name_any();
+    // Decide from the object as it is now, not as the cache last saw it: a reconcile that
+    // an owned Job's change queued can start before the cache holds the status this
+    // operator just wrote, and acting on the older status would run a step twice.
+    let api: Api<CapacityBenchmark> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(cb) = api
+        .get_opt(&name)
+        .await
+        .map_err(Error::read("CapacityBenchmark"))?
+    else {
+        return Ok(Action::await_change());
+    };
     let reference = cb
         .controller_owner_ref(&())
         .ok_or(Error::MissingField(".metadata.uid"))?;
@@ -112,7 +147,10 @@ pub async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<
         Ok(action) => action,
         Err(blocked) => run.blocked(blocked).await,
     };
-    run.write_status(&before).await?;
+    if !run.write_status(&before).await? {
+        // Someone changed the benchmark since it was read: decide again from the new one.
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
     Ok(action)
 }
 
@@ -168,7 +206,11 @@ impl Run<'_> {
         if news {
             self.event(EventType::Warning, b.reason, &b.message).await;
         }
-        b.retry.map_or_else(Action::await_change, Action::requeue)
+        match b.retry {
+            Retry::After(d) => Action::requeue(d),
+            Retry::Backoff => Action::requeue(self.ctx.backoff(self.cb)),
+            Retry::OnChange => Action::await_change(),
+        }
     }
 
     /// Validate, find the target, take it, and run or collect the points.
@@ -189,12 +231,18 @@ impl Run<'_> {
                 .await
                 .map_err(api_blocked)?
             {
-                None => return Ok(Action::requeue(Duration::from_secs(60))),
-                Some(point) => {
+                Collected::Running(after) => return Ok(Action::requeue(after)),
+                Collected::Retried => return Ok(Action::requeue(Duration::from_secs(60))),
+                Collected::Finished(point) => {
                     let verdict = point.verdict.clone();
+                    let note = match point.reasons.first() {
+                        Some(why) if verdict == crate::api::FinishedPoint::INVALID => {
+                            format!("Finished {}: {verdict}: {why}", current.label)
+                        }
+                        _ => format!("Finished {}: {verdict}", current.label),
+                    };
                     self.status.points.push(point);
                     self.status.current_point = None;
-                    let note = format!("Finished {}: {verdict}", current.label);
                     if verdict == crate::api::FinishedPoint::INVALID {
                         self.event(EventType::Warning, reasons::POINT_FAILED, &note)
                             .await;
@@ -222,7 +270,7 @@ impl Run<'_> {
                     target.key
                 ),
                 phase: Phase::Pending,
-                retry: Some(Duration::from_secs(10)),
+                retry: Retry::After(Duration::from_secs(10)),
             });
         }
         self.status
@@ -283,7 +331,7 @@ impl Run<'_> {
                             key.key
                         ),
                         phase: Phase::Pending,
-                        retry: Some(self.ctx.backoff(self.cb)),
+                        retry: Retry::Backoff,
                     });
                 };
                 serde_saphyr::from_str(&text).map_err(|e| {
@@ -368,11 +416,11 @@ impl Run<'_> {
                 reason: n.reason,
                 message: n.message,
                 phase: Phase::Pending,
-                retry: Some(if n.starting {
-                    Duration::from_secs(2)
+                retry: if n.starting {
+                    Retry::After(Duration::from_secs(2))
                 } else {
-                    self.ctx.backoff(self.cb)
-                }),
+                    Retry::Backoff
+                },
             })
     }
 
@@ -430,8 +478,9 @@ impl Run<'_> {
         manifest: &WorkloadManifest,
         target: &ResolvedTarget,
     ) -> Result<(), Error> {
-        let index = self.status.points.len();
-        let job_name = self.owner.job_name(self.generation, index);
+        let job_name = self
+            .owner
+            .job_name(self.generation, self.status.points.len(), 0);
         let shards = shards(&self.cb.spec, key, target.time_scale);
         let point = PointJob {
             key,
@@ -447,46 +496,9 @@ impl Run<'_> {
             nonce: crate::workload::hashing::fnv1a(0, self.cb.uid().unwrap_or_default().as_bytes()),
         };
         let json = serde_json::to_string(&point).map_err(Error::Encode)?;
-        self.apply(&build::point_config_map(&self.owner, &job_name, json))
-            .await?;
-        let results: Vec<String> = (0..shards)
-            .map(|i| build::result_config_map_name(&job_name, i))
-            .collect();
-        for shard in 0..shards {
-            self.apply(&build::result_config_map(&self.owner, &job_name, shard))
-                .await?;
-        }
-        let (account, role, binding) = build::loadgen_rbac(&self.owner, results);
-        self.apply(&account).await?;
-        self.apply(&role).await?;
-        self.apply(&binding).await?;
-        let start_at = (shards > 1).then(|| {
-            k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
-                + SHARD_START_LEAD_S
-        });
-        self.apply(&build::point_job(
-            &self.owner,
-            &PointJobSpec {
-                name: job_name.clone(),
-                image: self.ctx.image.clone(),
-                shards,
-                backoff_limit: self.ctx.options.pod_retries * shards as i32,
-                deadline_seconds: deadline_seconds(&self.cb.spec, manifest, key, target.time_scale),
-                start_at,
-            },
-        ))
-        .await?;
-        let (kind, concurrency, offered_rps, repeat) = match key {
-            PointKey::Saturation { concurrency, .. } => (
-                crate::api::PointKind::Saturation,
-                Some(concurrency),
-                None,
-                0,
-            ),
-            PointKey::Rate { rate, repeat, .. } => {
-                (crate::api::PointKind::Rate, None, Some(rate), repeat)
-            }
-        };
+        let deadline = deadline_seconds(&self.cb.spec, manifest, key, target.time_scale);
+        self.launch(&job_name, json, shards, deadline).await?;
+        let (kind, concurrency, offered_rps, repeat) = points::key_fields(key);
         let label = key.label();
         self.status.current_point = Some(CurrentPoint {
             label: label.clone(),
@@ -496,6 +508,7 @@ impl Run<'_> {
             offered_rps,
             repeat,
             job: job_name.clone(),
+            attempt: 0,
             started_at: Some(self.now.clone()),
         });
         self.status.phase = Some(Phase::Running);
@@ -520,13 +533,137 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Applies a point's objects: its point file, one empty result ConfigMap per shard, the
+    /// loadgen pods' account (which may write only those), and the Job. A sharded point
+    /// starts on a common instant a few seconds ahead, so every shard runs one timeline.
+    async fn launch(
+        &self,
+        job_name: &str,
+        point_json: String,
+        shards: u32,
+        deadline_seconds: i64,
+    ) -> Result<(), Error> {
+        self.apply(&build::point_config_map(&self.owner, job_name, point_json))
+            .await?;
+        let results: Vec<String> = (0..shards)
+            .map(|i| build::result_config_map_name(job_name, i))
+            .collect();
+        for shard in 0..shards {
+            self.apply(&build::result_config_map(&self.owner, job_name, shard))
+                .await?;
+        }
+        let (account, role, binding) = build::loadgen_rbac(&self.owner, results);
+        self.apply(&account).await?;
+        self.apply(&role).await?;
+        self.apply(&binding).await?;
+        let start_at = (shards > 1).then(|| {
+            k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
+                + self.ctx.options.shard_start_lead.as_secs_f64()
+        });
+        self.apply(&build::point_job(
+            &self.owner,
+            &PointJobSpec {
+                name: job_name.to_owned(),
+                image: self.ctx.image.clone(),
+                shards,
+                deadline_seconds,
+                start_at,
+            },
+        ))
+        .await
+    }
+
+    /// Starts a failed point again from its own point file (the same load, the same
+    /// seeds) as a new Job, and removes the failed attempt.
+    async fn relaunch(
+        &mut self,
+        current: &CurrentPoint,
+        key: PointKey,
+        failed: &Job,
+        why: &str,
+    ) -> Result<Option<crate::api::FinishedPoint>, Error> {
+        let maps: Api<ConfigMap> = self.api();
+        let point_map = build::point_config_map_name(&current.job);
+        let Some(point_json) = maps
+            .get_opt(&point_map)
+            .await
+            .map_err(Error::read("ConfigMap"))?
+            .and_then(|cm| cm.data.and_then(|mut d| d.remove(build::POINT_KEY)))
+        else {
+            return Ok(Some(points::invalid_point(
+                key,
+                format!(
+                    "{why}; its point file (ConfigMap {point_map}) is gone, so it was not retried"
+                ),
+            )));
+        };
+        let shards = completions(failed);
+        let deadline = failed
+            .spec
+            .as_ref()
+            .and_then(|s| s.active_deadline_seconds)
+            .unwrap_or(3600);
+        let attempt = current.attempt + 1;
+        let job_name = self
+            .owner
+            .job_name(self.generation, self.status.points.len(), attempt);
+        self.launch(&job_name, point_json, shards, deadline).await?;
+        self.remove_attempt(&current.job, shards).await?;
+        let retries = self.ctx.options.pod_retries;
+        let message = format!(
+            "retrying {} as Job {job_name} (attempt {} of {}): {why}",
+            current.label,
+            attempt + 1,
+            retries + 1
+        );
+        self.status.current_point = Some(CurrentPoint {
+            job: job_name,
+            attempt,
+            started_at: Some(self.now.clone()),
+            ..current.clone()
+        });
+        self.condition(
+            conditions::PROGRESSING,
+            Cond::True,
+            reasons::POINT_RETRIED,
+            message.clone(),
+        );
+        self.event(EventType::Warning, reasons::POINT_RETRIED, &message)
+            .await;
+        Ok(None)
+    }
+
+    /// Deletes a failed or abandoned attempt: its Job (and pods), point file and result
+    /// ConfigMaps.
+    async fn remove_attempt(&self, job: &str, shards: u32) -> Result<(), Error> {
+        self.delete::<Job>(job).await?;
+        self.delete::<ConfigMap>(&build::point_config_map_name(job))
+            .await?;
+        for shard in 0..shards {
+            self.delete::<ConfigMap>(&build::result_config_map_name(job, shard))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The pods of a point's Job.
+    async fn job_pods(&self, job: &str) -> Result<Vec<Pod>, Error> {
+        let pods: Api<Pod> = self.api();
+        Ok(pods
+            .list(&ListParams::default().labels(&format!("job-name={job}")))
+            .await
+            .map_err(Error::read("Pod"))?
+            .items)
+    }
+
     /// The current point's result once its Job finished: merged and gated, or invalid with
-    /// the reason. `None` while it runs.
+    /// the reason. A failed Job within the retry budget starts again; one whose pods never
+    /// start gives up after the start timeout.
     async fn collect(
         &mut self,
         current: &CurrentPoint,
         manifest: &WorkloadManifest,
-    ) -> Result<Option<crate::api::FinishedPoint>, Error> {
+    ) -> Result<Collected, Error> {
         let Some(key) = points::point_key_of(
             current.cache,
             current.kind,
@@ -534,7 +671,7 @@ impl Run<'_> {
             current.offered_rps,
             current.repeat,
         ) else {
-            return Ok(Some(points::invalid_point(
+            return Ok(Collected::Finished(points::invalid_point(
                 PointKey::Rate {
                     cache: current.cache,
                     rate: 0.0,
@@ -549,7 +686,7 @@ impl Run<'_> {
             .await
             .map_err(Error::read("Job"))?
         else {
-            return Ok(Some(points::invalid_point(
+            return Ok(Collected::Finished(points::invalid_point(
                 key,
                 format!("Job {} disappeared before it finished", current.job),
             )));
@@ -565,25 +702,40 @@ impl Run<'_> {
                 .find(|c| c.type_ == t && c.status == "True")
         };
         if let Some(failed) = holds("Failed") {
-            return Ok(Some(points::invalid_point(
-                key,
-                format!(
-                    "Job {} failed ({}): {}",
-                    current.job,
-                    failed.reason.clone().unwrap_or_default(),
-                    failed.message.clone().unwrap_or_default()
-                ),
-            )));
+            let pods = self.job_pods(&current.job).await?;
+            let mut why = format!(
+                "Job {} failed ({})",
+                current.job,
+                failed.reason.clone().unwrap_or_default()
+            );
+            match pods::failures(&pods).as_slice() {
+                [] => {
+                    if let Some(m) = failed.message.as_deref().filter(|m| !m.is_empty()) {
+                        why = format!("{why}: {m}");
+                    }
+                }
+                failures => why = format!("{why}: {}", failures.join("; ")),
+            }
+            // A deadline is the point's own budget; only pod failures are retried.
+            let retryable = failed.reason.as_deref() != Some("DeadlineExceeded");
+            if retryable && current.attempt < self.ctx.options.pod_retries.max(0) as u32 {
+                return Ok(match self.relaunch(current, key, &job, &why).await? {
+                    Some(point) => Collected::Finished(point),
+                    None => Collected::Retried,
+                });
+            }
+            let attempts = current.attempt + 1;
+            let why = if attempts > 1 {
+                format!("{why} (attempt {attempts} of {attempts})")
+            } else {
+                why
+            };
+            return Ok(Collected::Finished(points::invalid_point(key, why)));
         }
         if holds("Complete").is_none() {
-            return Ok(None);
+            return self.running(current, key, &job).await;
         }
-        let shards = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.completions)
-            .unwrap_or(1)
-            .max(1) as u32;
+        let shards = completions(&job);
         let maps: Api<ConfigMap> = self.api();
         let mut results = Vec::new();
         for shard in 0..shards {
@@ -599,13 +751,13 @@ impl Run<'_> {
             {
                 Some(Ok(r)) => results.push(r),
                 Some(Err(e)) => {
-                    return Ok(Some(points::invalid_point(
+                    return Ok(Collected::Finished(points::invalid_point(
                         key,
                         format!("shard {shard}'s result ConfigMap {name} does not parse: {e}"),
                     )));
                 }
                 None => {
-                    return Ok(Some(points::invalid_point(
+                    return Ok(Collected::Finished(points::invalid_point(
                         key,
                         format!("shard {shard} never reported (ConfigMap {name} holds no result)"),
                     )));
@@ -615,7 +767,7 @@ impl Run<'_> {
         let merged = match merge_shards(&results, &manifest.gate_config()) {
             Ok(m) => m,
             Err(e) => {
-                return Ok(Some(points::invalid_point(
+                return Ok(Collected::Finished(points::invalid_point(
                     key,
                     format!("the shards of Job {} do not merge: {e}", current.job),
                 )));
@@ -632,7 +784,7 @@ impl Run<'_> {
         )
         .await
         .map_err(Error::apply("ConfigMap", &point_map))?;
-        Ok(Some(points::finished_point(
+        Ok(Collected::Finished(points::finished_point(
             key,
             merged.report(),
             merged.summary.validity.valid,
@@ -640,6 +792,82 @@ impl Run<'_> {
             manifest,
             point_map,
         )))
+    }
+
+    /// A point whose Job has not finished: says whether its pods have started, and gives
+    /// up on a Job none of whose pods started within the start timeout (a pending pod
+    /// changes nothing the controller watches, so this polls).
+    async fn running(
+        &mut self,
+        current: &CurrentPoint,
+        key: PointKey,
+        job: &Job,
+    ) -> Result<Collected, Error> {
+        let shards = completions(job);
+        let pods = self.job_pods(&current.job).await?;
+        let waited = current.started_at.as_ref().map_or(Duration::ZERO, |t| {
+            Duration::from_secs_f64(self.now.0.duration_since(t.0).as_secs_f64().max(0.0))
+        });
+        let timeout = self.ctx.options.pod_start_timeout;
+        let grace = PENDING_GRACE.min(timeout / 2);
+        let pending = if pods.is_empty() {
+            Some(format!("Job {} has created no pod", current.job))
+        } else {
+            pods::not_started(&pods)
+        };
+        match pending {
+            Some(why) if waited >= timeout => {
+                self.remove_attempt(&current.job, shards).await?;
+                Ok(Collected::Finished(points::invalid_point(
+                    key,
+                    format!(
+                        "Job {} never started within {} s: {why}",
+                        current.job,
+                        timeout.as_secs()
+                    ),
+                )))
+            }
+            Some(why) if waited >= grace => {
+                self.condition(
+                    conditions::PROGRESSING,
+                    Cond::True,
+                    reasons::PODS_PENDING,
+                    format!(
+                        "{}: no pod of Job {} has started (the point gives up after {} s): \
+                         {why}",
+                        current.label,
+                        current.job,
+                        timeout.as_secs()
+                    ),
+                );
+                Ok(Collected::Running(
+                    timeout.saturating_sub(waited).min(PENDING_POLL),
+                ))
+            }
+            Some(_) => Ok(Collected::Running(
+                grace.saturating_sub(waited).min(PENDING_POLL),
+            )),
+            None => {
+                let attempt = match current.attempt {
+                    0 => String::new(),
+                    a => format!(
+                        ", attempt {} of {}",
+                        a + 1,
+                        self.ctx.options.pod_retries.max(0) + 1
+                    ),
+                };
+                self.condition(
+                    conditions::PROGRESSING,
+                    Cond::True,
+                    reasons::RUNNING,
+                    format!(
+                        "running {} (Job {}, {shards} shard(s){attempt})",
+                        current.label, current.job
+                    ),
+                );
+                Ok(Collected::Running(Duration::from_secs(60)))
+            }
+        }
     }
 
     /// Every point has run: capacity per cache mode, per replica, and the plan.
@@ -794,17 +1022,22 @@ impl Run<'_> {
     /// Writes status through `/status` when it differs from what was read. A replace, not
     /// an apply: the operator owns the whole status, fields it drops must go, and the
     /// resourceVersion guards against writing over a newer object (a conflict retries).
-    async fn write_status(&self, before: &CapacityBenchmarkStatus) -> Result<(), Error> {
+    /// `false` when the benchmark changed since it was read (a conflict): nothing written.
+    async fn write_status(&self, before: &CapacityBenchmarkStatus) -> Result<bool, Error> {
         if &self.status == before {
-            return Ok(());
+            return Ok(true);
         }
         let api: Api<CapacityBenchmark> = self.api();
         let mut object = self.cb.clone();
         object.status = Some(self.status.clone());
-        api.replace_status(&self.owner.name, &PostParams::default(), &object)
+        match api
+            .replace_status(&self.owner.name, &PostParams::default(), &object)
             .await
-            .map_err(Error::Status)?;
-        Ok(())
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(Error::Status(e)),
+        }
     }
 }
 
@@ -814,18 +1047,37 @@ fn invalid(message: String) -> Blocked {
         reason: reasons::INVALID_SPEC,
         message,
         phase: Phase::Failed,
-        retry: None,
+        retry: Retry::OnChange,
     }
 }
 
-/// An API error met while deciding: the benchmark waits and the reconcile is retried.
-fn api_blocked(e: impl std::fmt::Display) -> Blocked {
+/// An API error met while deciding: the benchmark waits and the reconcile is retried with
+/// backoff. A refusal by RBAC says so (`Forbidden`): it will not pass until the operator's
+/// role changes.
+fn api_blocked(e: impl std::error::Error + 'static) -> Blocked {
+    let forbidden = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .any(|e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(a)) if a.code == 403));
+    let message = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .last()
+    .filter(|_| forbidden)
+    .map_or_else(
+        || e.to_string(),
+        |root| format!("{e} (the operator's role lacks this permission: {root})"),
+    );
     Blocked {
         condition: conditions::PROGRESSING,
-        reason: "ApiError",
-        message: e.to_string(),
+        reason: if forbidden {
+            reasons::FORBIDDEN
+        } else {
+            reasons::API_ERROR
+        },
+        message,
         phase: Phase::Pending,
-        retry: Some(Duration::from_secs(5)),
+        retry: Retry::Backoff,
     }
 }
 
@@ -836,6 +1088,15 @@ fn gpus_per_replica(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -
         .gpus_per_replica
         .or_else(|| manifest.engine.placement.gpus_per_replica())
         .unwrap_or(1)
+}
+
+/// A Job's shard count.
+fn completions(job: &Job) -> u32 {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.completions)
+        .unwrap_or(1)
+        .max(1) as u32
 }
 
 /// Pods a point needs: the spec's `loadgen.shards`, else enough that none sends more than

@@ -72,9 +72,14 @@ impl Owner {
         ])
     }
 
-    /// The Job of the point with this index in this generation of the spec.
-    pub fn job_name(&self, generation: i64, index: usize) -> String {
-        format!("{}-g{generation}-p{index}", self.base())
+    /// The Job of the point with this index in this generation of the spec; a retry
+    /// (`attempt` > 0) gets its own name, so its pods and results never mix with the
+    /// failed attempt's.
+    pub fn job_name(&self, generation: i64, index: usize, attempt: u32) -> String {
+        match attempt {
+            0 => format!("{}-g{generation}-p{index}", self.base()),
+            a => format!("{}-g{generation}-p{index}-a{a}", self.base()),
+        }
     }
 
     /// The simulated engine's Deployment and Service.
@@ -169,8 +174,6 @@ pub struct PointJobSpec {
     pub image: String,
     /// Shards: pods that each drive `1/shards` of the schedule (an Indexed Job).
     pub shards: u32,
-    /// Pod failures tolerated before the point is recorded as invalid.
-    pub backoff_limit: i32,
     /// Seconds the Job may run before it fails (a Job that never starts times out).
     pub deadline_seconds: i64,
     /// The shards' common start (Unix seconds), when sharded.
@@ -202,7 +205,9 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
             completions: Some(spec.shards as i32),
             parallelism: Some(spec.shards as i32),
             completion_mode: Some("Indexed".into()),
-            backoff_limit: Some(spec.backoff_limit),
+            // A failed pod fails the Job: the operator starts the whole point again (every
+            // shard on a new common start), since a lone shard rerun late is off the timeline.
+            backoff_limit: Some(0),
             active_deadline_seconds: Some(spec.deadline_seconds),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -216,6 +221,8 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
                         name: "loadgen".into(),
                         image: Some(spec.image.clone()),
                         args: Some(args),
+                        // A failed pod's reason in the point's status is its log's last line.
+                        termination_message_policy: Some("FallbackToLogsOnError".into()),
                         volume_mounts: Some(vec![
                             VolumeMount {
                                 name: "point".into(),
@@ -385,15 +392,16 @@ mod tests {
     fn names_stay_within_label_limits_and_are_stable() {
         let long = "a-very-long-benchmark-name-that-goes-on-and-on-for-far-too-many-characters";
         let o = owner(long);
-        let job = o.job_name(12, 345);
+        let job = o.job_name(12, 345, 0);
         assert!(job.len() <= 63, "{job}");
-        assert_eq!(job, owner(long).job_name(12, 345), "deterministic");
+        assert_eq!(job, owner(long).job_name(12, 345, 0), "deterministic");
         assert_ne!(
             o.base(),
             owner(&format!("{long}-2")).base(),
             "two long names that share a prefix stay apart"
         );
-        assert_eq!(owner("qwen").job_name(1, 0), "qwen-g1-p0");
+        assert_eq!(owner("qwen").job_name(1, 0, 0), "qwen-g1-p0");
+        assert_eq!(owner("qwen").job_name(1, 0, 2), "qwen-g1-p0-a2");
         assert!(o.labels("loadgen")[BENCHMARK_LABEL].len() <= 63);
     }
 
@@ -403,10 +411,9 @@ mod tests {
         let job = point_job(
             &o,
             &PointJobSpec {
-                name: o.job_name(1, 3),
+                name: o.job_name(1, 3, 0),
                 image: "goodput:test".into(),
                 shards: 4,
-                backoff_limit: 2,
                 deadline_seconds: 600,
                 start_at: Some(1_700_000_000.5),
             },
@@ -414,6 +421,11 @@ mod tests {
         let spec = job.spec.as_ref().expect("a spec");
         assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
         assert_eq!((spec.completions, spec.parallelism), (Some(4), Some(4)));
+        assert_eq!(
+            spec.backoff_limit,
+            Some(0),
+            "the operator retries whole points"
+        );
         assert_eq!(
             job.metadata.owner_references.as_ref().map(Vec::len),
             Some(1)

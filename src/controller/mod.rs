@@ -6,6 +6,7 @@
 //! - [`benchmark`]: the reconcile pipeline of one benchmark.
 //! - [`build`]: the pure builders of the objects a benchmark owns.
 //! - [`status`]: finished points, driver records and conclusions, pure.
+//! - [`pods`]: why a point's pods failed or have not started, pure.
 //! - [`target`]: finding a Service target's address and ready pods.
 //! - [`metrics`]: the operator's Prometheus metrics and admin endpoints.
 //! - [`lease`]: leader election on a `coordination.k8s.io` Lease.
@@ -14,6 +15,7 @@ pub mod benchmark;
 pub mod build;
 pub mod lease;
 pub mod metrics;
+pub mod pods;
 pub mod status;
 pub mod target;
 
@@ -44,8 +46,15 @@ pub struct Options {
     pub image: String,
     /// Watch only this namespace; `None`: all namespaces.
     pub namespace: Option<String>,
-    /// Pod failures per shard a point tolerates before it is recorded as invalid.
+    /// Times a point whose pod failed is started again before it is recorded as invalid.
     pub pod_retries: i32,
+    /// How long a point's pods may all wait to start (image pull, scheduling) before the
+    /// point is recorded as invalid.
+    pub pod_start_timeout: Duration,
+    /// Time between creating a sharded point's Job and its shards' common start: enough
+    /// for every pod to be scheduled, pull the image and start (a shard that starts late
+    /// makes the point invalid).
+    pub shard_start_lead: Duration,
 }
 
 /// What every reconcile shares.

@@ -320,6 +320,21 @@ fn pods_key() -> ResKey {
     ResKey::new("", "pods")
 }
 
+/// What `terminationMessagePolicy: FallbackToLogsOnError` puts in a failed container's
+/// `terminated.message`: the end of its log, at most 80 lines and 2,048 bytes.
+fn log_tail(path: &Path) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return String::new();
+    };
+    let mut start = bytes.len().saturating_sub(2048);
+    while start < bytes.len() && (bytes[start] & 0xC0) == 0x80 {
+        start += 1; // not inside a UTF-8 sequence
+    }
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
+}
+
 fn log_file(pod_dir: &Path, container: &str, n: u32) -> PathBuf {
     pod_dir
         .join("logs")
@@ -1062,11 +1077,20 @@ impl Worker {
                     return;
                 };
                 let exit_code = code.unwrap_or_else(|| 128 + signal.unwrap_or(0));
+                let message = if exit_code != 0
+                    && c.spec["terminationMessagePolicy"] == "FallbackToLogsOnError"
+                {
+                    c.latest_log
+                        .map(|n| log_tail(&log_file(&self.dir, &c.name, n)))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 let term = Term {
                     exit_code,
                     signal,
                     reason: if exit_code == 0 { "Completed" } else { "Error" },
-                    message: String::new(),
+                    message,
                     started_at: run.started_at.clone(),
                     finished_at: time::now(),
                     container_id: run.container_id.clone(),
@@ -2888,6 +2912,30 @@ mod tests {
         assert_eq!(s["state"]["terminated"]["exitCode"], 1);
         assert_eq!(s["state"]["terminated"]["reason"], "Error");
         assert_eq!(s["restartCount"], 0);
+        assert!(
+            s["state"]["terminated"].get("message").is_none(),
+            "the default policy keeps no message"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fallback_to_logs_on_error_keeps_the_end_of_the_log() {
+        let fx = fx();
+        let mut spec = sh_pod(
+            "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done; echo bad >&2; exit 3",
+            "Never",
+        );
+        spec["containers"][0]["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+        create_pod(&fx.store, "tail", spec);
+        let p = wait_pod(&fx.store, "tail", "Failed", |p| phase(p) == "Failed").await;
+        let message = main_status(&p)["state"]["terminated"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let lines: Vec<&str> = message.lines().collect();
+        assert_eq!(lines.len(), 80, "80 lines at most");
+        assert_eq!(lines.last(), Some(&"bad"));
+        assert_eq!(lines.first(), Some(&"line 21"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

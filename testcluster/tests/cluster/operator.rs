@@ -47,6 +47,9 @@ async fn kubectl_applies_waits_for_gets_and_describes_a_benchmark() {
                 "goodput",
                 "--admin-addr",
                 "127.0.0.1:0",
+                // Pods start in milliseconds here: sharded points need little lead.
+                "--shard-start-lead-s",
+                "5",
             ])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
