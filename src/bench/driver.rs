@@ -21,6 +21,7 @@ use crate::planning::{
     CapacitySelection, PlanError, PlanInput, ReplicaPlan, SweepPoint, plan_replicas,
     select_capacity,
 };
+use crate::workload::WorkloadManifest;
 use crate::workload::hashing::mix64;
 
 /// What the driver needs from a benchmark spec: the experiments, in resolved form.
@@ -395,6 +396,17 @@ pub struct ModeConclusion {
     pub capacity_per_replica_rps: Option<f64>,
     /// Replicas for the peak at this capacity.
     pub plan: Option<ReplicaPlan>,
+}
+
+/// GPUs per replica, decided once for both shells: the spec's `target.gpusPerReplica`, else
+/// the manifest's placement split evenly among its replicas (lint refuses an uneven
+/// split), else 1.
+pub fn gpus_per_replica(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> u32 {
+    spec.target
+        .gpus_per_replica
+        .or_else(|| manifest.engine.placement.gpus_per_replica())
+        .filter(|&g| g > 0)
+        .unwrap_or(1)
 }
 
 /// The deployment the points ran against, as the plan needs it.

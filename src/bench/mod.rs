@@ -523,7 +523,7 @@ async fn start_target(
     client: &reqwest::Client,
 ) -> Result<Target, BenchError> {
     let placement = &manifest.engine.placement;
-    let manifest_gpus = (placement.gpus / placement.replicas.max(1)).max(1);
+    let gpus_per_replica = driver::gpus_per_replica(spec, manifest);
     if let Some(url) = &spec.target.url {
         let url = url.trim_end_matches('/').to_owned();
         return Ok(Target {
@@ -539,7 +539,7 @@ async fn start_target(
                 preset: None,
                 engine_profile: None,
                 replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),
-                gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+                gpus_per_replica,
                 stream_interval: None,
                 engine_concepts_found: Vec::new(),
                 engine_concepts_missing: Vec::new(),
@@ -599,7 +599,7 @@ async fn start_target(
             preset: Some(sim.preset.clone()),
             engine_profile: None,
             replicas: sim.replicas.max(1),
-            gpus_per_replica: spec.target.gpus_per_replica.unwrap_or(manifest_gpus),
+            gpus_per_replica,
             stream_interval: Some(sim.stream_interval.max(1)),
             engine_concepts_found: Vec::new(),
             engine_concepts_missing: Vec::new(),

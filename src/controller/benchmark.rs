@@ -882,7 +882,7 @@ impl Run<'_> {
         let gate = manifest.gate_config();
         let tested = TestedDeployment {
             replicas: target.replicas,
-            gpus_per_replica: gpus_per_replica(spec, manifest),
+            gpus_per_replica: driver::gpus_per_replica(spec, manifest),
         };
         let mut modes = Vec::new();
         let mut plans = Vec::new();
@@ -1079,15 +1079,6 @@ fn api_blocked(e: impl std::error::Error + 'static) -> Blocked {
         phase: Phase::Pending,
         retry: Retry::Backoff,
     }
-}
-
-/// GPUs per replica: the spec's, else the manifest's placement divided evenly (lint refuses
-/// an uneven split).
-fn gpus_per_replica(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> u32 {
-    spec.target
-        .gpus_per_replica
-        .or_else(|| manifest.engine.placement.gpus_per_replica())
-        .unwrap_or(1)
 }
 
 /// A Job's shard count.
