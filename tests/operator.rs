@@ -386,3 +386,74 @@ async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off
         .items;
     assert!(jobs.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_claim_keeps_every_shards_raw_requests() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    // The test cluster serves no PersistentVolumeClaim objects: a pod's claim is a
+    // directory of the cluster, kept across pods.
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start_with(
+        &s.kubeconfig,
+        "goodput",
+        &log,
+        &["--shard-start-lead-s", "5"],
+    );
+    let yaml = benchmark_yaml("sinked", "6, 24") + "  loadgen: {resultsClaim: results}\n";
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "sinked",
+        Duration::from_secs(180),
+        "Succeeded",
+        |cb| phase(cb) == Some(Phase::Succeeded),
+    )
+    .await;
+    let status = cb.status.as_ref().expect("status");
+    assert_eq!(status.pack.as_deref(), Some("pvc/results/sinked/g1/"));
+    let root = s.cluster.workdir().join("pvcs/default/results/sinked/g1");
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), "default");
+    let mut sharded = false;
+    for p in points(&cb).iter().filter(|p| p.valid) {
+        let map = p
+            .result_config_map
+            .as_deref()
+            .expect("the point's ConfigMap");
+        let job = map.strip_suffix("-point").expect("a point ConfigMap");
+        let report: serde_json::Value = serde_json::from_str(
+            &maps
+                .get(map)
+                .await
+                .expect("the point ConfigMap")
+                .data
+                .expect("data")["slo-report.json"],
+        )
+        .expect("the merged report parses");
+        let mut shards: Vec<_> = std::fs::read_dir(root.join(job))
+            .unwrap_or_else(|e| panic!("{job}'s directory in the claim: {e}"))
+            .map(|e| e.expect("an entry").path())
+            .collect();
+        shards.sort();
+        sharded |= shards.len() > 1;
+        let rows: u64 = shards
+            .iter()
+            .map(|dir| {
+                let csv = std::fs::read_to_string(dir.join("requests.csv"))
+                    .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+                csv.lines().count() as u64 - 1
+            })
+            .sum();
+        assert_eq!(
+            Some(rows),
+            report["attempted"].as_u64(),
+            "{job}: every request the merged report counts is in the claim, once"
+        );
+    }
+    assert!(
+        sharded,
+        "the 24 RPS point ran in shards: {:#?}",
+        points(&cb)
+    );
+}

@@ -115,6 +115,13 @@ pub struct LoadgenSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 64))]
     pub shards: Option<u32>,
+    /// A PersistentVolumeClaim in the benchmark's namespace that keeps every shard's raw
+    /// results (`requests.csv`, `summary.json`, `engine-metrics.json`) under
+    /// `<benchmark>/g<generation>/<job>/shard-<i>/`, for `goodput analyze` later. The
+    /// claim must be writable by all of a point's pods at once (ReadWriteMany, or one
+    /// node). Without it, each shard's results live only in its result ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results_claim: Option<String>,
 }
 
 impl LoadgenSettings {

@@ -512,6 +512,13 @@ impl Run<'_> {
             started_at: Some(self.now.clone()),
         });
         self.status.phase = Some(Phase::Running);
+        if let Some(claim) = &self.cb.spec.loadgen.results_claim {
+            self.status.pack = Some(format!(
+                "pvc/{claim}/{}/g{}/",
+                self.owner.base(),
+                self.generation
+            ));
+        }
         self.condition(
             conditions::PROGRESSING,
             Cond::True,
@@ -568,9 +575,20 @@ impl Run<'_> {
                 shards,
                 deadline_seconds,
                 start_at,
+                results: self.results_sink(job_name),
             },
         ))
         .await
+    }
+
+    /// Where a point's shards keep their raw results, when the spec names a claim:
+    /// `<benchmark>/g<generation>/<job>/` in it.
+    fn results_sink(&self, job_name: &str) -> Option<build::ResultsSink> {
+        let claim = self.cb.spec.loadgen.results_claim.clone()?;
+        Some(build::ResultsSink {
+            claim,
+            dir: format!("{}/g{}/{job_name}", self.owner.base(), self.generation),
+        })
     }
 
     /// Starts a failed point again from its own point file (the same load, the same

@@ -12,8 +12,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, Probe, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -178,7 +178,21 @@ pub struct PointJobSpec {
     pub deadline_seconds: i64,
     /// The shards' common start (Unix seconds), when sharded.
     pub start_at: Option<f64>,
+    /// Where shards keep their raw results: a claim and the directory in it.
+    pub results: Option<ResultsSink>,
 }
+
+/// A PersistentVolumeClaim the point's pods write their raw results to.
+#[derive(Clone, Debug)]
+pub struct ResultsSink {
+    /// The claim's name.
+    pub claim: String,
+    /// The point's directory inside the claim; shard `i` writes `shard-<i>/` under it.
+    pub dir: String,
+}
+
+/// Where the results claim is mounted in a loadgen pod.
+const RESULTS_MOUNT: &str = "/var/lib/goodput-results";
 
 /// A point's Job: `goodput loadgen --point-file` in every pod, pod `i` running shard `i`
 /// and writing its result ConfigMap.
@@ -192,9 +206,55 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
         "--result-config-map".to_owned(),
         format!("{}-$(JOB_COMPLETION_INDEX)", spec.name),
         "--out".to_owned(),
-        "/var/lib/goodput/point".to_owned(),
+        match &spec.results {
+            Some(sink) => format!("{RESULTS_MOUNT}/{}/shard-$(JOB_COMPLETION_INDEX)", sink.dir),
+            None => "/var/lib/goodput/point".to_owned(),
+        },
         "--quiet".to_owned(),
     ];
+    let mut mounts = vec![
+        VolumeMount {
+            name: "point".into(),
+            mount_path: POINT_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "out".into(),
+            mount_path: "/var/lib/goodput".into(),
+            ..Default::default()
+        },
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "point".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: point_config_map_name(&spec.name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "out".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ];
+    if let Some(sink) = &spec.results {
+        mounts.push(VolumeMount {
+            name: "results".into(),
+            mount_path: RESULTS_MOUNT.into(),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "results".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: sink.claim.clone(),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+    }
     if let Some(at) = spec.start_at {
         args.extend(["--start-at".to_owned(), format!("{at:.3}")]);
     }
@@ -221,38 +281,12 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
                         name: "loadgen".into(),
                         image: Some(spec.image.clone()),
                         args: Some(args),
+                        volume_mounts: Some(mounts),
                         // A failed pod's reason in the point's status is its log's last line.
                         termination_message_policy: Some("FallbackToLogsOnError".into()),
-                        volume_mounts: Some(vec![
-                            VolumeMount {
-                                name: "point".into(),
-                                mount_path: POINT_MOUNT.into(),
-                                read_only: Some(true),
-                                ..Default::default()
-                            },
-                            VolumeMount {
-                                name: "out".into(),
-                                mount_path: "/var/lib/goodput".into(),
-                                ..Default::default()
-                            },
-                        ]),
                         ..Default::default()
                     }],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "point".into(),
-                            config_map: Some(ConfigMapVolumeSource {
-                                name: point_config_map_name(&spec.name),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                        Volume {
-                            name: "out".into(),
-                            empty_dir: Some(EmptyDirVolumeSource::default()),
-                            ..Default::default()
-                        },
-                    ]),
+                    volumes: Some(volumes),
                     ..Default::default()
                 }),
             },
@@ -416,6 +450,7 @@ mod tests {
                 shards: 4,
                 deadline_seconds: 600,
                 start_at: Some(1_700_000_000.5),
+                results: None,
             },
         );
         let spec = job.spec.as_ref().expect("a spec");
