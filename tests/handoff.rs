@@ -26,8 +26,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use testcluster::cluster::{Cluster, ClusterConfig};
 
-/// Time scale of the simulated engine and of the load generator.
-const K: &str = "20";
+/// Time scale of the simulated engine and of the load generator. At 5 a point's measured
+/// window is about 0.8 s of wall time, enough engine scrapes (every 40 ms) for the queue
+/// trend even on a loaded machine; at 20 a slow first scrape could leave fewer than three.
+const K: &str = "5";
 
 /// Two classes, 200 requests at 40 RPS (5 s of schedule, a quarter second of wall clock),
 /// the first second warmup.
