@@ -58,6 +58,25 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease() 
 
 // Faults only the test cluster can inject (killed pods, unpullable images).
 
+/// The names of the Jobs in `default`.
+async fn job_names(client: &kube::Client) -> Vec<String> {
+    Api::<Job>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect()
+}
+
+/// A benchmark of [`benchmark_yaml`] with another `spec.target`.
+fn with_target(yaml: String, target: &str) -> String {
+    const SIMULATED: &str = "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}";
+    assert!(yaml.contains(SIMULATED), "the fixture's target moved");
+    yaml.replace(SIMULATED, target)
+}
+
 /// The first Warning Event with this reason about `name`, waiting up to `timeout`.
 async fn warning(
     client: &kube::Client,
@@ -176,14 +195,7 @@ async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_
     warning(&s.client, "crash", "PointFailed", Duration::from_secs(5)).await;
     // The invalid point is no evidence: the capacity rests on the measured one.
     assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), Some(6.0));
-    let left: Vec<String> = Api::<Job>::namespaced(s.client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("jobs")
-        .items
-        .into_iter()
-        .filter_map(|j| j.metadata.name)
-        .collect();
+    let left: Vec<String> = job_names(&s.client).await;
     assert_eq!(
         left,
         ["crash-g1-p0-a1", "crash-g1-p1-a1"],
@@ -204,11 +216,7 @@ async fn a_job_whose_pods_never_start_times_out_with_a_condition() {
         &["--pod-start-timeout-s", "6"],
     );
     // A URL target: nothing to deploy, so only the loadgen pods need the image.
-    let yaml = benchmark_yaml("stuck", "6, 24").replace(
-        "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}",
-        "url: http://127.0.0.1:9",
-    );
-    assert!(yaml.contains("url: http://127.0.0.1:9"));
+    let yaml = with_target(benchmark_yaml("stuck", "6, 24"), "url: http://127.0.0.1:9");
     create(&s.client, &yaml).await;
     let cb = wait_for(
         &s.client,
@@ -242,14 +250,7 @@ async fn a_job_whose_pods_never_start_times_out_with_a_condition() {
         );
     }
     warning(&s.client, "stuck", "PointFailed", Duration::from_secs(5)).await;
-    let jobs: Vec<String> = Api::<Job>::namespaced(s.client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("jobs")
-        .items
-        .into_iter()
-        .filter_map(|j| j.metadata.name)
-        .collect();
+    let jobs: Vec<String> = job_names(&s.client).await;
     assert!(
         !jobs
             .iter()
@@ -264,8 +265,10 @@ async fn a_missing_or_empty_service_target_is_a_condition_and_an_event() {
     let s = setup().await;
     let log = s.dir.path().join("operator.log");
     let _operator = Operator::start(&s.kubeconfig, "goodput", &log);
-    let target = "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}";
-    let yaml = benchmark_yaml("nosvc", "6").replace(target, "service: {name: qwen, port: 8000}");
+    let yaml = with_target(
+        benchmark_yaml("nosvc", "6"),
+        "service: {name: qwen, port: 8000}",
+    );
     create(&s.client, &yaml).await;
     let cb = wait_for(
         &s.client,
@@ -306,11 +309,7 @@ async fn a_missing_or_empty_service_target_is_a_condition_and_an_event() {
         Duration::from_secs(5),
     )
     .await;
-    let jobs = Api::<Job>::namespaced(s.client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("jobs")
-        .items;
+    let jobs = job_names(&s.client).await;
     assert!(jobs.is_empty(), "no load without a target");
 }
 
@@ -362,8 +361,7 @@ async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off
         .expect("kubeconfig written");
     let log = s.dir.path().join("operator.log");
     let _operator = Operator::start(&kubeconfig, "goodput", &log);
-    let target = "simulated: {preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}, replicas: 1, timeScale: 20, streamInterval: 8}";
-    let yaml = benchmark_yaml("denied", "6").replace(target, "url: http://127.0.0.1:9");
+    let yaml = with_target(benchmark_yaml("denied", "6"), "url: http://127.0.0.1:9");
     create(&s.client, &yaml).await;
     let cb = wait_for(
         &s.client,
@@ -379,11 +377,7 @@ async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off
     assert_eq!(phase(&cb), Some(Phase::Pending));
     assert!(points(&cb).is_empty(), "no point recorded on a refusal");
     warning(&s.client, "denied", "Forbidden", Duration::from_secs(5)).await;
-    let jobs = Api::<Job>::namespaced(s.client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("jobs")
-        .items;
+    let jobs = job_names(&s.client).await;
     assert!(jobs.is_empty());
 }
 

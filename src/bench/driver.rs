@@ -398,6 +398,15 @@ pub struct ModeConclusion {
     pub plan: Option<ReplicaPlan>,
 }
 
+/// The model a real target is asked for, decided once for both shells: the spec's
+/// `target.model`, else the manifest's model id. (A simulated target serves its preset's.)
+pub fn target_model(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> String {
+    spec.target
+        .model
+        .clone()
+        .unwrap_or_else(|| manifest.model.id.clone())
+}
+
 /// GPUs per replica, decided once for both shells: the spec's `target.gpusPerReplica`, else
 /// the manifest's placement split evenly among its replicas (lint refuses an uneven
 /// split), else 1.

@@ -531,11 +531,7 @@ async fn start_target(
             facts: TargetFacts {
                 kind: "url".into(),
                 url,
-                model: spec
-                    .target
-                    .model
-                    .clone()
-                    .unwrap_or_else(|| manifest.model.id.clone()),
+                model: driver::target_model(spec, manifest),
                 preset: None,
                 engine_profile: None,
                 replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),

@@ -384,11 +384,7 @@ impl Run<'_> {
                     .unwrap_or(manifest.engine.placement.replicas)
                     .max(1),
                 time_scale: 1.0,
-                model: spec
-                    .target
-                    .model
-                    .clone()
-                    .unwrap_or_else(|| manifest.model.id.clone()),
+                model: driver::target_model(spec, manifest),
             })
         } else if let Some(svc) = &spec.target.service {
             let namespace = svc
@@ -523,7 +519,7 @@ impl Run<'_> {
             conditions::PROGRESSING,
             Cond::True,
             reasons::RUNNING,
-            format!("running {label} (Job {job_name}, {shards} shard(s))"),
+            running_message(&label, &job_name, shards, 0, self.ctx.options.pod_retries),
         );
         self.condition(
             conditions::READY,
@@ -866,22 +862,18 @@ impl Run<'_> {
                 grace.saturating_sub(waited).min(PENDING_POLL),
             )),
             None => {
-                let attempt = match current.attempt {
-                    0 => String::new(),
-                    a => format!(
-                        ", attempt {} of {}",
-                        a + 1,
-                        self.ctx.options.pod_retries.max(0) + 1
-                    ),
-                };
+                let message = running_message(
+                    &current.label,
+                    &current.job,
+                    shards,
+                    current.attempt,
+                    self.ctx.options.pod_retries,
+                );
                 self.condition(
                     conditions::PROGRESSING,
                     Cond::True,
                     reasons::RUNNING,
-                    format!(
-                        "running {} (Job {}, {shards} shard(s){attempt})",
-                        current.label, current.job
-                    ),
+                    message,
                 );
                 Ok(Collected::Running(Duration::from_secs(60)))
             }
@@ -1073,19 +1065,20 @@ fn invalid(message: String) -> Blocked {
 /// backoff. A refusal by RBAC says so (`Forbidden`): it will not pass until the operator's
 /// role changes.
 fn api_blocked(e: impl std::error::Error + 'static) -> Blocked {
-    let forbidden = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
-        e.source()
-    })
-    .any(|e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(a)) if a.code == 403));
-    let message = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
-        e.source()
-    })
-    .last()
-    .filter(|_| forbidden)
-    .map_or_else(
-        || e.to_string(),
-        |root| format!("{e} (the operator's role lacks this permission: {root})"),
+    let chain: Vec<&(dyn std::error::Error + 'static)> =
+        std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+        .collect();
+    let forbidden = chain.iter().any(
+        |e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(a)) if a.code == 403),
     );
+    let message = match chain.last() {
+        Some(root) if forbidden => {
+            format!("{e} (the operator's role lacks this permission: {root})")
+        }
+        _ => e.to_string(),
+    };
     Blocked {
         condition: conditions::PROGRESSING,
         reason: if forbidden {
@@ -1097,6 +1090,16 @@ fn api_blocked(e: impl std::error::Error + 'static) -> Blocked {
         phase: Phase::Pending,
         retry: Retry::Backoff,
     }
+}
+
+/// The `Progressing` message of a running point: `running cold rate 6 (Job x, 2 shard(s),
+/// attempt 2 of 3)`, the attempt only on a retry.
+fn running_message(label: &str, job: &str, shards: u32, attempt: u32, retries: i32) -> String {
+    let attempt = match attempt {
+        0 => String::new(),
+        a => format!(", attempt {} of {}", a + 1, retries.max(0) + 1),
+    };
+    format!("running {label} (Job {job}, {shards} shard(s){attempt})")
 }
 
 /// A Job's shard count.

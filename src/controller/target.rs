@@ -127,10 +127,6 @@ pub async fn service(
         discover_metrics: false,
         replicas,
         time_scale: 1.0,
-        model: spec
-            .target
-            .model
-            .clone()
-            .unwrap_or_else(|| manifest.model.id.clone()),
+        model: crate::bench::driver::target_model(spec, manifest),
     }))
 }
