@@ -84,22 +84,10 @@ async fn warning(
     reason: &str,
     timeout: Duration,
 ) -> k8s_openapi::api::core::v1::Event {
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
-    tokio::time::timeout(timeout, async {
-        loop {
-            let list = events.list(&ListParams::default()).await.expect("events");
-            if let Some(e) = list.items.into_iter().find(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some(reason)
-                    && e.involved_object.name.as_deref() == Some(name)
-            }) {
-                return e;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no Warning Event {reason} about {name}"))
+    let events = Api::namespaced(client.clone(), "default");
+    tokio::time::timeout(timeout, harness::warning_event(&events, name, reason))
+        .await
+        .unwrap_or_else(|_| panic!("no Warning Event {reason} about {name}"))
 }
 
 fn condition<'a>(
@@ -450,4 +438,185 @@ async fn a_results_claim_keeps_every_shards_raw_requests() {
         "the 24 RPS point ran in shards: {:#?}",
         points(&cb)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_page_that_does_not_answer_holds_the_points_with_a_condition() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start(&s.kubeconfig, "goodput", &log);
+    // A port nothing listens on yet: the engine's page comes up later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port();
+    let page = format!("http://127.0.0.1:{port}");
+    let yaml = with_target(
+        benchmark_yaml("nopage", "6"),
+        &format!("url: {page}\n    metricsUrls: ['{page}']"),
+    );
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "nopage",
+        Duration::from_secs(30),
+        "MetricsUnreachable",
+        |cb| condition(cb, "TargetReachable").is_some_and(|c| c.reason == "MetricsUnreachable"),
+    )
+    .await;
+    let c = condition(&cb, "TargetReachable").expect("TargetReachable");
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.contains(&format!("{page}/metrics")),
+        "the message names the page: {}",
+        c.message
+    );
+    assert_eq!(phase(&cb), Some(Phase::Pending));
+    warning(
+        &s.client,
+        "nopage",
+        "MetricsUnreachable",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        job_names(&s.client).await.is_empty(),
+        "no point without its engine page"
+    );
+
+    // The engine comes up: a vLLM-like page, version and model list. The next try (after
+    // the backoff) finds it, says what it runs, and starts the point.
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(|| async {
+                "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n\
+                 # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
+            }),
+        )
+        .route(
+            "/version",
+            axum::routing::get(|| async { axum::Json(serde_json::json!({"version": "0.11.0"})) }),
+        );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the page's port is still free");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let cb = wait_for(
+        &s.client,
+        "nopage",
+        Duration::from_secs(40),
+        "a point started",
+        |cb| {
+            cb.status
+                .as_ref()
+                .is_some_and(|s| s.current_point.is_some())
+        },
+    )
+    .await;
+    let c = condition(&cb, "TargetReachable").expect("TargetReachable");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "Reachable")
+    );
+    let resolved = cb
+        .status
+        .as_ref()
+        .and_then(|s| s.resolved.clone())
+        .expect("the identity is recorded");
+    assert_eq!(resolved.engine, "vllm", "found by its metric names");
+    assert_eq!(resolved.engine_version.as_deref(), Some("0.11.0"));
+    assert_eq!(job_names(&s.client).await, ["nopage-g1-p0"]);
+    server.abort();
+}
+
+/// A loadgen image with two faults: in the first point, shard 1 exits 0 without running
+/// (it never reports); in the second, every shard reports and then lingers, so the test
+/// can spoil a result before the Job completes.
+const FAULTY_LOADGEN: &str = r#"case "$*" in
+  *"--result-config-map faulty-g1-p0-1 "*) exit 0 ;;
+  *"--result-config-map faulty-g1-p1-"*) "$GOODPUT" "$@"; rc=$?; sleep 4; exit $rc ;;
+  *) exec "$GOODPUT" "$@" ;;
+esac"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_never_reports_or_a_result_that_does_not_parse_leaves_an_invalid_point() {
+    let _serial = SERIAL.lock().await;
+    let script = format!("GOODPUT='{}'\n{FAULTY_LOADGEN}", harness::GOODPUT);
+    let s = harness::setup_with_scripts(&[("goodput-faulty", &script)]).await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start_with(
+        &s.kubeconfig,
+        "goodput-faulty",
+        &log,
+        &["--pod-retries", "0", "--shard-start-lead-s", "5"],
+    );
+    let yaml = benchmark_yaml("faulty", "6, 8") + "  loadgen: {shards: 2}\n";
+    create(&s.client, &yaml).await;
+    // Spoil shard 0's result of the second point once it is written, while its pod
+    // lingers (the Job is not complete, so the operator has not read it).
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), "default");
+    let spoiled = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if let Some(cm) = maps.get_opt("faulty-g1-p1-0").await.expect("get")
+                && goodput::loadgen::handoff::ShardResult::is_written(&cm)
+            {
+                let mut binary = cm.binary_data.clone().expect("written");
+                for v in binary.values_mut() {
+                    *v = k8s_openapi::ByteString(b"not gzip".to_vec());
+                }
+                maps.patch(
+                    "faulty-g1-p1-0",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"binaryData": binary})),
+                )
+                .await
+                .expect("spoiled");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(spoiled.is_ok(), "the second point's shard 0 reported");
+    let cb = wait_for(
+        &s.client,
+        "faulty",
+        Duration::from_secs(120),
+        "Succeeded",
+        |cb| phase(cb) == Some(Phase::Succeeded),
+    )
+    .await;
+    let finished = points(&cb);
+    assert!(finished.len() >= 2, "{finished:#?}");
+    assert!(
+        finished[..2]
+            .iter()
+            .all(|p| p.verdict == FinishedPoint::INVALID && !p.valid),
+        "no point passes on partial data: {finished:#?}"
+    );
+    let never = finished[0].reasons.join(" ");
+    assert!(
+        never.contains("shard 1 never reported") && never.contains("faulty-g1-p0-1"),
+        "{never}"
+    );
+    let unreadable = finished[1].reasons.join(" ");
+    assert!(
+        unreadable.contains("shard 0's result ConfigMap faulty-g1-p1-0 does not parse"),
+        "{unreadable}"
+    );
+    warning(&s.client, "faulty", "PointFailed", Duration::from_secs(5)).await;
+    // With nothing valid at 6 and 8 RPS the sweep goes on below them; the capacity rests
+    // on those measured points only.
+    assert!(
+        finished[2..]
+            .iter()
+            .all(|p| p.offered_rps.is_some_and(|r| r < 6.0)),
+        "{finished:#?}"
+    );
+    let capacity = cb.status.as_ref().and_then(|s| s.capacity_rps);
+    assert!(capacity.is_none_or(|c| c < 6.0), "{capacity:?}");
 }

@@ -36,6 +36,8 @@ pub mod reason {
     pub const NO_READY_ENDPOINTS: &str = "NoReadyEndpoints";
     /// The target is being waited for (deploying, starting).
     pub const WAITING_FOR_TARGET: &str = "WaitingForTarget";
+    /// An engine `/metrics` page the points scrape does not answer.
+    pub const METRICS_UNREACHABLE: &str = "MetricsUnreachable";
     /// A point could not be measured (its Job failed); not a verdict on the target.
     pub const POINT_FAILED: &str = "PointFailed";
     /// A point's pod failed and its Job was started again (within `--pod-retries`).

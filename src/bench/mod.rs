@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::analysis::PointReport;
 use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec};
 use crate::engine_metrics::DetectedProfile;
+use crate::engine_metrics::identify::identify;
 use crate::engine_metrics::prometheus_api::{PrometheusSource, query_range_series};
 use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
@@ -608,48 +609,28 @@ async fn start_target(
 /// What the run found about the system under test, recorded in the frozen manifest.
 async fn resolve_identity(client: &reqwest::Client, target: &Target) -> Resolved {
     let facts = &target.facts;
-    let (engine, version) = if target.fleet.is_some() {
+    let (engine, version, served) = if target.fleet.is_some() {
+        let served = identify(client, &facts.url, &[]).await.served_models;
         (
             "goodput simulated engine".to_owned(),
             Some(env!("CARGO_PKG_VERSION").to_owned()),
+            served,
         )
     } else {
-        // vLLM and SGLang answer `GET /version` with `{"version": "..."}`.
-        let version = async {
-            let r = client
-                .get(format!("{}/version", facts.url))
-                .timeout(Duration::from_secs(5))
-                .send()
-                .await
-                .ok()?;
-            let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
-            v["version"].as_str().map(str::to_owned)
-        }
-        .await;
-        ("unknown (from the target URL)".to_owned(), version)
-    };
-    let served = async {
-        let r = client
-            .get(format!("{}/v1/models", facts.url))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .ok()?;
-        let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
-        Some(
-            v["data"]
-                .as_array()?
-                .iter()
-                .filter_map(|m| m["id"].as_str().map(str::to_owned))
-                .collect::<Vec<_>>(),
+        let found = identify(client, &facts.url, &target.metrics_targets).await;
+        (
+            found
+                .engine
+                .unwrap_or_else(|| "unknown (from the target URL)".to_owned()),
+            found.version,
+            found.served_models,
         )
-    }
-    .await;
+    };
     Resolved {
         target_url: facts.url.clone(),
         engine,
         engine_version: version,
-        served_models: served.unwrap_or_default(),
+        served_models: served,
         model_sent: facts.model.clone(),
         simulated_preset: facts.preset.clone(),
         time_scale: target.time_scale,

@@ -134,7 +134,10 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
                 }
             }
         };
-        controller::run(client, options, metrics.clone(), stopped_or_lost).await;
+        // Probes of the targets (identity, engine pages) before each point.
+        let http = goodput::http_client::default_http_client(Duration::from_secs(5))
+            .context("building the HTTP client")?;
+        controller::run(client, http, options, metrics.clone(), stopped_or_lost).await;
         metrics.set_leader(false);
         let lost_lease = !*stop_rx.borrow() && !leadership.is_leader();
         leadership.release().await;

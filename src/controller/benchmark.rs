@@ -33,6 +33,7 @@ use crate::api::{
 };
 use crate::bench::driver::{self, PointKey, Step, SweepPlan, TestedDeployment};
 use crate::bench::point_job::{PointJob, PointTarget};
+use crate::engine_metrics::identify::{check_metrics, identify};
 use crate::loadgen::handoff::{ShardResult, merge_shards};
 use crate::workload::WorkloadManifest;
 
@@ -273,24 +274,13 @@ impl Run<'_> {
                 retry: Retry::After(Duration::from_secs(10)),
             });
         }
-        self.status
-            .resolved
-            .get_or_insert_with(|| ResolvedIdentity {
-                engine: if spec.target.is_simulated() {
-                    "goodput simulated engine".into()
-                } else {
-                    "unknown".into()
-                },
-                engine_version: spec
-                    .target
-                    .is_simulated()
-                    .then(|| env!("CARGO_PKG_VERSION").to_owned()),
-                model: target.model.clone(),
-            });
-
         let recorded = points::recorded(&self.status.points);
         match driver::next_step(&plan, &recorded) {
             Step::Run(key) => {
+                self.engine_pages_answer(&target).await?;
+                if self.status.resolved.is_none() {
+                    self.status.resolved = Some(self.identify(&target).await);
+                }
                 self.start(key, &manifest, &target)
                     .await
                     .map_err(api_blocked)?;
@@ -417,6 +407,43 @@ impl Run<'_> {
                 } else {
                     Retry::Backoff
                 },
+            })
+    }
+
+    /// What the target runs: the simulated engine is this build; a real server is asked
+    /// (its metric names, `/version`, `/v1/models`), and what it does not say stays
+    /// `unknown`.
+    async fn identify(&self, target: &ResolvedTarget) -> ResolvedIdentity {
+        if self.cb.spec.target.is_simulated() {
+            return ResolvedIdentity {
+                engine: "goodput simulated engine".into(),
+                engine_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                model: target.model.clone(),
+            };
+        }
+        let found = identify(&self.ctx.http, &target.url, &target.metrics_targets).await;
+        ResolvedIdentity {
+            engine: found.engine.unwrap_or_else(|| "unknown".into()),
+            engine_version: found.version,
+            model: target.model.clone(),
+        }
+    }
+
+    /// Before a point starts: every engine page the points will scrape answers. A point
+    /// without them would have no queue, KV or preemption evidence, so none starts; the
+    /// benchmark waits with backoff until the pages answer.
+    async fn engine_pages_answer(&self, target: &ResolvedTarget) -> Result<(), Blocked> {
+        check_metrics(&self.ctx.http, &target.metrics_targets)
+            .await
+            .map_err(|e| Blocked {
+                condition: conditions::TARGET_REACHABLE,
+                reason: reasons::METRICS_UNREACHABLE,
+                message: format!(
+                    "the engine page {e}; no point starts until every page the points \
+                     scrape answers"
+                ),
+                phase: Phase::Pending,
+                retry: Retry::Backoff,
             })
     }
 

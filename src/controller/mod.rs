@@ -61,6 +61,8 @@ pub struct Options {
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// Probes the targets: identity and engine pages before each point.
+    pub http: reqwest::Client,
     /// Publishes Events.
     pub recorder: Recorder,
     /// The image loadgen Jobs and simulated targets run.
@@ -265,6 +267,7 @@ async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Acti
 /// returns once the running ones finish; Jobs keep running in the cluster).
 pub async fn run(
     client: Client,
+    http: reqwest::Client,
     options: Options,
     metrics: metrics::Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -301,6 +304,7 @@ pub async fn run(
             },
         ),
         client,
+        http,
         image: options.image.clone(),
         benchmarks: controller.store(),
         options,

@@ -12,8 +12,11 @@
 //!   derived from it (queue series, counter deltas over the window).
 //! - [`scrape`]: the scrape loop over HTTP, target discovery from the simulated engine's
 //!   router, and target lists from files.
+//! - [`identify`]: what a target says it runs (engine, version, models) and whether its
+//!   engine pages answer, asked before it is measured.
 
 pub mod findings;
+pub mod identify;
 pub mod parse;
 pub mod profile;
 pub mod prometheus_api;

@@ -17,7 +17,7 @@ use crate::analysis::{
 };
 use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop;
-use crate::engine_metrics::series::MetricsSeries;
+use crate::engine_metrics::series::{MetricsSeries, ScrapeSample};
 use crate::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
 };
@@ -585,6 +585,51 @@ fn queue_trend(
     )
 }
 
+/// Why a point whose engine pages were asked for has no engine evidence: a page that never
+/// answered, or most scrapes failed. A point judged without the engine's queue, KV and
+/// preemption figures it asked for is not evidence (the client's in-flight count stands in
+/// for the queue only where no page was asked for).
+fn unanswered_pages(targets: &[String], series: Option<&MetricsSeries>) -> Option<String> {
+    if targets.is_empty() {
+        return None;
+    }
+    let Some(series) = series.filter(|s| !s.samples.is_empty()) else {
+        return Some(format!(
+            "the engine's /metrics pages were never scraped ({}): the point has no engine \
+             evidence",
+            targets.join(", ")
+        ));
+    };
+    let failed: Vec<&ScrapeSample> = series.samples.iter().filter(|x| !x.ok).collect();
+    let last_error = failed
+        .iter()
+        .rev()
+        .find_map(|x| x.error.as_deref())
+        .unwrap_or("no reason recorded");
+    let silent: Vec<&str> = series
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !series.samples.iter().any(|x| x.target == *i && x.ok))
+        .map(|(_, t)| t.as_str())
+        .collect();
+    if !silent.is_empty() {
+        return Some(format!(
+            "engine page(s) {} never answered ({last_error}): the point has no engine evidence \
+             for them",
+            silent.join(", ")
+        ));
+    }
+    (failed.len() * 2 > series.samples.len()).then(|| {
+        format!(
+            "{} of {} engine scrapes failed ({last_error}): the point's engine evidence is \
+             partial",
+            failed.len(),
+            series.samples.len()
+        )
+    })
+}
+
 /// The queue-trend rule applied to the client's in-flight count over the window.
 fn client_trend(in_flight: &[(f64, f64)], from_s: f64, to_s: f64) -> QueueTrend {
     let f: Vec<(f64, f64)> = in_flight
@@ -668,6 +713,9 @@ impl PointFacts<'_> {
         }
         if client.measured == 0 {
             reasons.push("no request was measured".to_owned());
+        }
+        if let Some(why) = unanswered_pages(&self.metrics_targets, self.series) {
+            reasons.push(why);
         }
         for r in self.reasons {
             if !reasons.contains(&r) {
@@ -909,5 +957,68 @@ mod tests {
             late.lateness_s
         );
         assert_eq!(TimeZero::new(None).lateness_s, 0.0);
+    }
+
+    fn scrapes(targets: &[&str], ok: &[(usize, bool)]) -> MetricsSeries {
+        MetricsSeries {
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            interval_s: 1.0,
+            profile: None,
+            target_engines: vec![None; targets.len()],
+            samples: ok
+                .iter()
+                .enumerate()
+                .map(|(round, &(target, ok))| ScrapeSample {
+                    round: round as u64,
+                    t_s: round as f64,
+                    target,
+                    ok,
+                    error: (!ok).then(|| "connection refused".to_owned()),
+                    values: Default::default(),
+                    skipped_lines: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_point_without_the_engine_pages_it_asked_for_is_not_evidence() {
+        let asked = ["http://a:8000".to_owned(), "http://b:8000".to_owned()];
+        // Nothing asked: the client's in-flight count stands in, no reason.
+        assert_eq!(unanswered_pages(&[], None), None);
+        // Asked, never scraped.
+        let why = unanswered_pages(&asked, None).expect("no series");
+        assert!(why.contains("never scraped"), "{why}");
+        // Every page answered, a few scrapes lost: still evidence.
+        let mostly = scrapes(
+            &["http://a:8000", "http://b:8000"],
+            &[
+                (0, true),
+                (1, true),
+                (0, false),
+                (1, true),
+                (0, true),
+                (1, true),
+            ],
+        );
+        assert_eq!(unanswered_pages(&asked, Some(&mostly)), None);
+        // One replica's page never answered: its queue is unknown.
+        let silent = scrapes(
+            &["http://a:8000", "http://b:8000"],
+            &[(0, true), (1, false), (0, true), (1, false)],
+        );
+        let why = unanswered_pages(&asked, Some(&silent)).expect("b never answered");
+        assert!(
+            why.contains("http://b:8000") && !why.contains("http://a:8000"),
+            "{why}"
+        );
+        assert!(why.contains("connection refused"), "{why}");
+        // Both answered at times, but most scrapes failed.
+        let flaky = scrapes(
+            &["http://a:8000", "http://b:8000"],
+            &[(0, true), (1, true), (0, false), (1, false), (0, false)],
+        );
+        let why = unanswered_pages(&asked, Some(&flaky)).expect("mostly failed");
+        assert!(why.starts_with("3 of 5 engine scrapes failed"), "{why}");
     }
 }

@@ -504,10 +504,23 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
-    let cluster = Cluster::start(ClusterConfig::default().image("goodput", GOODPUT))
-        .await
-        .expect("cluster starts");
+    setup_with_scripts(&[]).await
+}
+
+/// [`setup`] with more images: each `(name, script)` is a `/bin/sh` script (written into
+/// the setup's directory) that the image runs with the container's args.
+pub async fn setup_with_scripts(scripts: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = ClusterConfig::default().image("goodput", GOODPUT);
+    for (name, script) in scripts {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).expect("script written");
+        let mut perms = std::fs::metadata(&path).expect("script").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&path, perms).expect("script made executable");
+        config = config.image(name, path);
+    }
+    let cluster = Cluster::start(config).await.expect("cluster starts");
     let kubeconfig = dir.path().join("kubeconfig");
     cluster
         .write_kubeconfig(&kubeconfig)
@@ -526,6 +539,26 @@ pub async fn setup() -> Setup {
         client,
         kubeconfig,
         dir,
+    }
+}
+
+/// The first Warning Event with `reason` about the object named `name`, polled until one
+/// appears (callers bound the wait).
+pub async fn warning_event(
+    events: &Api<k8s_openapi::api::core::v1::Event>,
+    name: &str,
+    reason: &str,
+) -> k8s_openapi::api::core::v1::Event {
+    loop {
+        let list = events.list(&ListParams::default()).await.expect("events");
+        if let Some(e) = list.items.into_iter().find(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason)
+                && e.involved_object.name.as_deref() == Some(name)
+        }) {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -8,7 +8,7 @@ use goodput::api::{CapacityBenchmark, Phase};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 
 use crate::harness::{Env, bench, benchmark_yaml, phase, points};
 
@@ -148,21 +148,13 @@ pub async fn an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_
 
     let events: Api<Event> = env.api();
     let warning = env
-        .within(Duration::from_secs(10), "a Warning Event", async {
-            loop {
-                let list = events.list(&ListParams::default()).await.expect("events");
-                if let Some(e) = list.items.into_iter().find(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("InvalidSpec")
-                        && e.involved_object.uid == uid
-                }) {
-                    return e;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
+        .within(
+            Duration::from_secs(10),
+            "a Warning Event",
+            crate::harness::warning_event(&events, "broken", "InvalidSpec"),
+        )
         .await;
-    assert_eq!(warning.involved_object.name.as_deref(), Some("broken"));
+    assert_eq!(warning.involved_object.uid, uid);
 
     // No Job, and no reconcile loop: the count stands still while nothing changes.
     let jobs = env.jobs_of(&cb).await;
