@@ -55,7 +55,7 @@ enum Command {
     ServeSim(ServeSimArgs),
     /// Run one test point against an OpenAI-compatible endpoint: open loop at a rate or
     /// closed loop at a concurrency; writes requests.csv, summary.json, engine-metrics.json.
-    Loadgen(LoadgenArgs),
+    Loadgen(Box<LoadgenArgs>),
     /// Run a whole CapacityBenchmark here: saturation sweep, rate sweep per cache mode,
     /// capacity, replica plan; writes the capacity pack. Without `target.url` it runs against
     /// the built-in simulated engine.
@@ -180,7 +180,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan(args),
         Command::Simulate(args) => simulate(args),
         Command::ServeSim(args) => serve_sim(args),
-        Command::Loadgen(args) => loadgen(args),
+        Command::Loadgen(args) => loadgen(*args),
         Command::Bench(args) => bench(args),
         Command::Lint(args) => lint(args),
         Command::Crds => crds(),
@@ -857,7 +857,8 @@ struct LoadgenArgs {
     /// Run one point of a CapacityBenchmark as the operator hands it to a Job: the point
     /// file holds the spec, the manifest, the point and the target, and the load is built
     /// exactly as `goodput bench` builds it. Only --shard, --start-at, --out,
-    /// --result-config-map, --result-namespace and --quiet apply with it.
+    /// --result-config-map, --result-namespace, the --results-* options and --quiet apply
+    /// with it.
     #[arg(long, conflicts_with_all = ["target", "manifest", "rate", "concurrency", "trace", "time_scale"])]
     point_file: Option<PathBuf>,
     /// Workload manifest (default: the seed's).
@@ -922,6 +923,21 @@ struct LoadgenArgs {
     /// kubeconfig's).
     #[arg(long, value_name = "NS", requires = "result_config_map")]
     result_namespace: Option<String>,
+    /// After the run, upload the files written to --out to this S3-compatible location
+    /// (`s3://<bucket>/<prefix>`: `<prefix>/requests.csv`, ...). Credentials come from
+    /// the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or
+    /// web identity); a failed upload fails the command.
+    #[arg(long, value_name = "S3_URL", requires = "out")]
+    results_url: Option<String>,
+    /// The S3 API endpoint of --results-url on a server other than AWS (MinIO, Ceph, R2).
+    #[arg(long, value_name = "URL", requires = "results_url")]
+    results_endpoint: Option<String>,
+    /// The bucket's region (default: AWS_REGION, else us-east-1).
+    #[arg(long, value_name = "REGION", requires = "results_url")]
+    results_region: Option<String>,
+    /// Allow a plain-http --results-endpoint.
+    #[arg(long, requires = "results_url")]
+    results_allow_http: bool,
     /// Endpoint kind: token-id prompts on /v1/completions, or text on /v1/chat/completions.
     #[arg(long, value_enum, default_value = "completions")]
     api: ApiArg,
@@ -1205,6 +1221,16 @@ async fn measure_and_hand_over(
     args: &LoadgenArgs,
     result_config_map: Option<&goodput::loadgen::publish::ResultConfigMap>,
 ) -> Result<()> {
+    // Configured before any load, so a malformed bucket URL costs no run.
+    let bucket = match &args.results_url {
+        Some(url) => Some(goodput::loadgen::bucket::ShardBucket::new(
+            url,
+            args.results_endpoint.as_deref(),
+            args.results_region.as_deref(),
+            args.results_allow_http,
+        )?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -1216,6 +1242,12 @@ async fn measure_and_hand_over(
     let summary = measured.summarize(config, plan)?;
     if let Some(out) = &args.out {
         measured.write(&summary, plan, out)?;
+        if let Some(bucket) = &bucket {
+            let objects = bucket.upload_dir(out).await?;
+            if !args.quiet {
+                eprintln!("loadgen: uploaded {}", objects.join(", "));
+            }
+        }
     }
     if let Some(target) = result_config_map {
         let result = goodput::loadgen::handoff::ShardResult::new(&measured, summary.clone(), plan)?;

@@ -134,6 +134,31 @@ async fn the_cel_rules_refuse_ambiguous_targets_and_workloads() {
     assert_eq!(code, 422, "{message}");
     assert!(message.contains("spec.target.service.port"), "{message}");
 
+    // Raw results to a claim and a bucket at once; a bucket URL that is not s3://.
+    let bucket = |url: &str| goodput::api::ResultsBucket {
+        url: url.into(),
+        ..Default::default()
+    };
+    let mut two = example("two-sinks");
+    two.spec.loadgen.results_claim = Some("results".into());
+    two.spec.loadgen.results_bucket = Some(bucket("s3://results/runs"));
+    let (code, _, message) = api_error(api.create(&pp, &two).await);
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("spec.loadgen: Invalid value")
+            && message.contains("give at most one of resultsClaim and resultsBucket"),
+        "{message}"
+    );
+    let mut gs = example("not-s3");
+    gs.spec.loadgen.results_bucket = Some(bucket("gs://results/runs"));
+    let (code, _, message) = api_error(api.create(&pp, &gs).await);
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("spec.loadgen.resultsBucket.url")
+            && message.contains("must be s3://<bucket> or s3://<bucket>/<prefix>"),
+        "{message}"
+    );
+
     // Nothing was stored.
     assert!(
         api.list(&Default::default())

@@ -620,3 +620,270 @@ async fn a_shard_that_never_reports_or_a_result_that_does_not_parse_leaves_an_in
     let capacity = cb.status.as_ref().and_then(|s| s.capacity_rps);
     assert!(capacity.is_none_or(|c| c < 6.0), "{capacity:?}");
 }
+
+/// moto's S3-compatible server on a free loopback port (`moto_server`, installed by
+/// `testcluster/scripts/install-moto.sh`; [`MOTO_SERVER`] names it), stopped on drop.
+struct S3Server {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+/// The variable naming the `moto_server` binary (default: where `install-moto.sh` puts it
+/// with no argument, `target/moto/bin/moto_server`).
+const MOTO_SERVER: &str = "GOODPUT_MOTO_SERVER";
+
+impl S3Server {
+    async fn start(log: &std::path::Path) -> S3Server {
+        let bin = std::env::var_os(MOTO_SERVER)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto/bin/moto_server")
+            });
+        assert!(
+            bin.is_file(),
+            "moto_server is not at {}: install it with `bash testcluster/scripts/install-moto.sh` \
+             (needs python3 with venv and pip; .ci/run does this) and set {MOTO_SERVER} to the \
+             path it prints",
+            bin.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let out = std::fs::File::create(log).expect("the moto log");
+        let child = std::process::Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(out.try_clone().expect("the moto log"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", bin.display()));
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let http = reqwest::Client::new();
+        for _ in 0..300 {
+            if http.get(&server.endpoint).send().await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "moto_server did not answer on {} within 30 s: {}",
+            server.endpoint,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+
+    /// Creates a bucket (moto serves S3 without checking signatures).
+    async fn create_bucket(&self, bucket: &str) {
+        let response = reqwest::Client::new()
+            .put(format!("{}/{bucket}", self.endpoint))
+            .send()
+            .await
+            .expect("moto answers");
+        assert!(response.status().is_success(), "{response:?}");
+    }
+
+    /// An object_store client for `bucket` on this server, as a user of the results would
+    /// read them.
+    fn store(&self, bucket: &str) -> object_store::aws::AmazonS3 {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(&self.endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name(bucket)
+            .with_access_key_id("reader")
+            .with_secret_access_key("reader-secret")
+            .build()
+            .expect("the client builds")
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates the Secret `name` with AWS-style credentials in `default`.
+async fn credentials_secret(client: &kube::Client, name: &str, key_id: &str, secret: &str) {
+    use k8s_openapi::ByteString;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    let data = [
+        ("AWS_ACCESS_KEY_ID", key_id),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+    .collect();
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &k8s_openapi::api::core::v1::Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                data: Some(data),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the Secret is created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_bucket_keeps_every_shards_raw_requests() {
+    use futures_util::TryStreamExt as _;
+    use object_store::{ObjectStore as _, ObjectStoreExt as _};
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let s3 = S3Server::start(&s.dir.path().join("moto.log")).await;
+    s3.create_bucket("goodput-results").await;
+    const KEY_ID: &str = "AKIDBUCKETTEST";
+    const SECRET: &str = "bucket-test-secret-value";
+    credentials_secret(&s.client, "s3-credentials", KEY_ID, SECRET).await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start_with(
+        &s.kubeconfig,
+        "goodput",
+        &log,
+        &["--shard-start-lead-s", "5"],
+    );
+    let yaml = benchmark_yaml("bucketed", "6, 24")
+        + &format!(
+            "  loadgen:\n    resultsBucket: {{url: s3://goodput-results/runs/, endpoint: '{}', \
+             region: us-east-1, allowHttp: true, credentialsSecret: s3-credentials}}\n",
+            s3.endpoint
+        );
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "bucketed",
+        Duration::from_secs(180),
+        "Succeeded",
+        |cb| phase(cb) == Some(Phase::Succeeded),
+    )
+    .await;
+    let status = cb.status.as_ref().expect("status");
+    assert_eq!(
+        status.pack.as_deref(),
+        Some("s3://goodput-results/runs/bucketed/g1/")
+    );
+    let store = s3.store("goodput-results");
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list(Some(&object_store::path::Path::from("runs/bucketed/g1")))
+        .try_collect()
+        .await
+        .expect("the bucket lists");
+    let keys: std::collections::BTreeSet<String> =
+        listed.iter().map(|o| o.location.to_string()).collect();
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(s.client.clone(), "default");
+    let mut sharded = false;
+    let mut expected = std::collections::BTreeSet::new();
+    assert_eq!(points(&cb).len(), 2, "{:#?}", points(&cb));
+    for p in points(&cb) {
+        let map = p
+            .result_config_map
+            .as_deref()
+            .unwrap_or_else(|| panic!("every point measured: {p:#?}"));
+        let job = map.strip_suffix("-point").expect("a point ConfigMap");
+        let report: serde_json::Value = serde_json::from_str(
+            &maps
+                .get(map)
+                .await
+                .expect("the point ConfigMap")
+                .data
+                .expect("data")["slo-report.json"],
+        )
+        .expect("the merged report parses");
+        let spec = jobs.get(job).await.expect("the point's Job").spec;
+        let shards = spec.and_then(|s| s.completions).expect("completions");
+        sharded |= shards > 1;
+        let mut rows = 0;
+        for shard in 0..shards {
+            let dir = format!("runs/bucketed/g1/{job}/shard-{shard}");
+            for file in ["engine-metrics.json", "requests.csv", "summary.json"] {
+                expected.insert(format!("{dir}/{file}"));
+            }
+            let csv = store
+                .get(&object_store::path::Path::from(format!(
+                    "{dir}/requests.csv"
+                )))
+                .await
+                .unwrap_or_else(|e| panic!("{dir}/requests.csv: {e} (the bucket holds {keys:#?})"))
+                .bytes()
+                .await
+                .expect("requests.csv reads");
+            rows += String::from_utf8_lossy(&csv).lines().count() as u64 - 1;
+        }
+        assert_eq!(
+            Some(rows),
+            report["attempted"].as_u64(),
+            "{job}: every request the merged report counts is in the bucket, once"
+        );
+    }
+    assert_eq!(
+        keys, expected,
+        "every shard of every point uploaded its three files, and nothing else"
+    );
+    assert!(
+        sharded,
+        "the 24 RPS point ran in shards: {:#?}",
+        points(&cb)
+    );
+    // The credentials reach the pods from the Secret, never through the Job or the status.
+    for job in job_names(&s.client).await {
+        let text = serde_json::to_string(&jobs.get(&job).await.expect("a Job")).expect("JSON");
+        assert!(!text.contains(SECRET) && !text.contains(KEY_ID), "{text}");
+        assert!(text.contains("\"secretKeyRef\""), "{text}");
+    }
+    let text = serde_json::to_string(&cb).expect("JSON");
+    assert!(!text.contains(SECRET) && !text.contains(KEY_ID));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_bucket_that_refuses_the_upload_leaves_an_invalid_point_that_says_why() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let s3 = S3Server::start(&s.dir.path().join("moto.log")).await;
+    credentials_secret(&s.client, "s3-credentials", "AKIDMISSING", "missing-secret").await;
+    let log = s.dir.path().join("operator.log");
+    let _operator = Operator::start_with(&s.kubeconfig, "goodput", &log, &["--pod-retries", "0"]);
+    // No bucket was created: every upload is refused with NoSuchBucket.
+    let yaml = benchmark_yaml("unbucketed", "6")
+        + &format!(
+            "  loadgen:\n    resultsBucket: {{url: 's3://no-such-bucket', endpoint: '{}', \
+             allowHttp: true, credentialsSecret: s3-credentials}}\n",
+            s3.endpoint
+        );
+    create(&s.client, &yaml).await;
+    let cb = wait_for(
+        &s.client,
+        "unbucketed",
+        Duration::from_secs(180),
+        "a finished point",
+        |cb| !points(cb).is_empty(),
+    )
+    .await;
+    let point = &points(&cb)[0];
+    assert_eq!(point.verdict, FinishedPoint::INVALID, "{point:#?}");
+    assert!(!point.valid);
+    let reason = point.reasons.join(" ");
+    assert!(
+        reason
+            .contains("cannot upload s3://no-such-bucket/unbucketed/g1/unbucketed-g1-p0/shard-0/")
+            && reason.contains("NoSuchBucket"),
+        "the reason names the object and the server's answer: {reason}"
+    );
+    assert_eq!(
+        cb.status.as_ref().and_then(|s| s.pack.as_deref()),
+        Some("s3://no-such-bucket/unbucketed/g1/")
+    );
+}

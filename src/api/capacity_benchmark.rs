@@ -106,7 +106,9 @@ pub struct CapacityBenchmarkSpec {
 
 /// How the operator runs each point's load generator: one Job per point, an Indexed Job
 /// of `shards` pods when one pod cannot drive the rate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!(has(self.resultsClaim) && has(self.resultsBucket))")
+    .message("give at most one of resultsClaim and resultsBucket"))]
 #[serde(rename_all = "camelCase")]
 pub struct LoadgenSettings {
     /// Pods per open-loop point, each sending its share of the same seeded schedule on one
@@ -119,9 +121,61 @@ pub struct LoadgenSettings {
     /// results (`requests.csv`, `summary.json`, `engine-metrics.json`) under
     /// `<benchmark>/g<generation>/<job>/shard-<i>/`, for `goodput analyze` later. The
     /// claim must be writable by all of a point's pods at once (ReadWriteMany, or one
-    /// node). Without it, each shard's results live only in its result ConfigMap.
+    /// node). Without it or `resultsBucket`, each shard's results live only in its result
+    /// ConfigMap. At most one of `resultsClaim` and `resultsBucket`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results_claim: Option<String>,
+    /// An S3-compatible bucket (AWS S3, MinIO, Ceph, R2, ...) that keeps every shard's raw
+    /// results, the same files under the same `<benchmark>/g<generation>/<job>/shard-<i>/`
+    /// as `resultsClaim`, below the bucket URL's prefix. Each pod uploads its files when
+    /// its load has run; an upload that fails fails the pod (and so the point, once the
+    /// operator's retries are spent). At most one of `resultsClaim` and `resultsBucket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results_bucket: Option<ResultsBucket>,
+}
+
+/// An S3-compatible bucket for the shards' raw results.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultsBucket {
+    /// `s3://<bucket>` or `s3://<bucket>/<prefix>`: shard `i` of Job `<job>` writes under
+    /// `<prefix>/<benchmark>/g<generation>/<job>/shard-<i>/`. The bucket must exist.
+    #[x_kube(validation = Rule::new("self.matches('^s3://[^/]+(/.*)?$')")
+        .message("must be s3://<bucket> or s3://<bucket>/<prefix>"))]
+    pub url: String,
+    /// The S3 API endpoint of a server other than AWS (`https://minio.example:9000`,
+    /// `https://<account>.r2.cloudflarestorage.com`); requests then use path-style URLs.
+    /// Default: AWS S3 of `region`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The bucket's region (signing region). Default: the pods' `AWS_REGION` or
+    /// `AWS_DEFAULT_REGION`, else `us-east-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// A Secret in the benchmark's namespace with keys `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY` (and optionally `AWS_SESSION_TOKEN`), given to the loadgen
+    /// pods as environment variables; the operator never reads it. Absent: the pods use
+    /// the credentials their environment provides (web identity, instance metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+    /// Allow a plain `http://` endpoint (a server without TLS). Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_http: bool,
+}
+
+impl ResultsBucket {
+    /// The bucket and the prefix of `url` ([`split_s3_url`]).
+    pub fn bucket_and_prefix(&self) -> Option<(&str, &str)> {
+        split_s3_url(&self.url)
+    }
+}
+
+/// The bucket and the prefix (without surrounding `/`, possibly empty) of an
+/// `s3://<bucket>[/<prefix>]` URL; `None` for anything else.
+pub fn split_s3_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    (!bucket.is_empty()).then_some((bucket, prefix.trim_matches('/')))
 }
 
 impl LoadgenSettings {

@@ -40,6 +40,7 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     }
     out.peak(spec);
     out.reporting(spec);
+    out.loadgen(spec);
     out.0
 }
 
@@ -418,6 +419,54 @@ impl Lint {
                      measured in that cache state",
                     mode_name(mode)
                 ),
+            );
+        }
+    }
+
+    fn loadgen(&mut self, spec: &CapacityBenchmarkSpec) {
+        let l = &spec.loadgen;
+        if l.results_claim.is_some() && l.results_bucket.is_some() {
+            self.error(
+                "spec.loadgen",
+                "give at most one of resultsClaim and resultsBucket",
+            );
+        }
+        let Some(bucket) = &l.results_bucket else {
+            return;
+        };
+        if bucket.bucket_and_prefix().is_none() {
+            self.error(
+                "spec.loadgen.resultsBucket.url",
+                format!(
+                    "`{}` is not s3://<bucket> or s3://<bucket>/<prefix>",
+                    bucket.url
+                ),
+            );
+        }
+        if let Some(endpoint) = &bucket.endpoint {
+            if !is_http_url(endpoint) {
+                self.error(
+                    "spec.loadgen.resultsBucket.endpoint",
+                    format!("`{endpoint}` is not an http:// or https:// URL"),
+                );
+            } else if endpoint.starts_with("http://") && !bucket.allow_http {
+                self.error(
+                    "spec.loadgen.resultsBucket.endpoint",
+                    format!(
+                        "`{endpoint}` is plain HTTP: set allowHttp: true to send results and \
+                         signed requests without TLS, or use https://"
+                    ),
+                );
+            }
+        }
+        if bucket
+            .credentials_secret
+            .as_ref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
+            self.error(
+                "spec.loadgen.resultsBucket.credentialsSecret",
+                "must not be empty (or leave it out to use the pods' own credentials)",
             );
         }
     }
@@ -975,6 +1024,53 @@ mod tests {
         s.workload.manifest = Some(Box::new(seed_manifest()));
         s.workload.manifest_file = Some("m.yaml".into());
         assert_eq!(errors(&lint_spec(&s)), ["spec.workload"]);
+    }
+
+    #[test]
+    fn results_go_to_at_most_one_sink_and_a_bucket_is_an_s3_url() {
+        let bucket = |url: &str| crate::api::ResultsBucket {
+            url: url.into(),
+            ..Default::default()
+        };
+        let mut s = spec();
+        s.loadgen.results_bucket = Some(bucket("s3://results/runs"));
+        assert!(errors(&lint_spec(&s)).is_empty());
+        s.loadgen.results_bucket = Some(bucket("s3://results"));
+        assert!(errors(&lint_spec(&s)).is_empty());
+        s.loadgen.results_claim = Some("results".into());
+        assert_eq!(errors(&lint_spec(&s)), ["spec.loadgen"]);
+        s.loadgen.results_claim = None;
+        for url in ["results/runs", "s3://", "s3:///runs", "gs://results"] {
+            s.loadgen.results_bucket = Some(bucket(url));
+            assert_eq!(
+                errors(&lint_spec(&s)),
+                ["spec.loadgen.resultsBucket.url"],
+                "{url}"
+            );
+        }
+        s.loadgen.results_bucket = Some(crate::api::ResultsBucket {
+            endpoint: Some("http://minio:9000".into()),
+            ..bucket("s3://results")
+        });
+        assert_eq!(
+            errors(&lint_spec(&s)),
+            ["spec.loadgen.resultsBucket.endpoint"]
+        );
+        if let Some(b) = &mut s.loadgen.results_bucket {
+            b.allow_http = true;
+        }
+        assert!(errors(&lint_spec(&s)).is_empty());
+        if let Some(b) = &mut s.loadgen.results_bucket {
+            b.endpoint = Some("minio:9000".into());
+            b.credentials_secret = Some(" ".into());
+        }
+        assert_eq!(
+            errors(&lint_spec(&s)),
+            [
+                "spec.loadgen.resultsBucket.endpoint",
+                "spec.loadgen.resultsBucket.credentialsSecret"
+            ]
+        );
     }
 
     #[test]

@@ -58,9 +58,10 @@ pub struct CapacityBenchmarkStatus {
     /// What the target said it runs (engine, version, model), read from it during the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<ResolvedIdentity>,
-    /// Where the raw per-shard results are kept, when `spec.loadgen.resultsClaim` names a
-    /// claim: `pvc/<claim>/<benchmark>/g<generation>/`. Each point's merged report is in
-    /// its `<job>-point` ConfigMap either way.
+    /// Where the raw per-shard results are kept, when `spec.loadgen` names a claim or a
+    /// bucket: `pvc/<claim>/<benchmark>/g<generation>/` or
+    /// `s3://<bucket>[/<prefix>]/<benchmark>/g<generation>/`. Each point's merged report is
+    /// in its `<job>-point` ConfigMap either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack: Option<String>,
 }

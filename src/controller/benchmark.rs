@@ -535,12 +535,9 @@ impl Run<'_> {
             started_at: Some(self.now.clone()),
         });
         self.status.phase = Some(Phase::Running);
-        if let Some(claim) = &self.cb.spec.loadgen.results_claim {
-            self.status.pack = Some(format!(
-                "pvc/{claim}/{}/g{}/",
-                self.owner.base(),
-                self.generation
-            ));
+        if let Some(store) = build::ResultsStore::of(&self.cb.spec.loadgen) {
+            let dir = format!("{}/g{}", self.owner.base(), self.generation);
+            self.status.pack = Some(format!("{}/", store.location(&dir)));
         }
         self.condition(
             conditions::PROGRESSING,
@@ -604,12 +601,11 @@ impl Run<'_> {
         .await
     }
 
-    /// Where a point's shards keep their raw results, when the spec names a claim:
-    /// `<benchmark>/g<generation>/<job>/` in it.
+    /// Where a point's shards keep their raw results, when the spec names a claim or a
+    /// bucket: `<benchmark>/g<generation>/<job>/` in it.
     fn results_sink(&self, job_name: &str) -> Option<build::ResultsSink> {
-        let claim = self.cb.spec.loadgen.results_claim.clone()?;
         Some(build::ResultsSink {
-            claim,
+            store: build::ResultsStore::of(&self.cb.spec.loadgen)?,
             dir: format!("{}/g{}/{job_name}", self.owner.base(), self.generation),
         })
     }

@@ -5,6 +5,7 @@
 //! time, and the lag between scheduled and actual send is recorded per request, so a client
 //! that falls behind shows it instead of hiding it (no coordinated omission).
 
+pub mod bucket;
 pub mod client;
 pub mod handoff;
 pub mod point;
