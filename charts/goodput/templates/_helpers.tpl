@@ -1,0 +1,131 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "goodput.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every resource's name: fullnameOverride, else <release>-<name>, or the
+release name alone when it already contains the chart name. */}}
+{{- define "goodput.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "goodput.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels that select the operator's pods. */}}
+{{- define "goodput.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "goodput.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{/* Labels of every object the chart renders. */}}
+{{- define "goodput.labels" -}}
+helm.sh/chart: {{ include "goodput.chart" . }}
+{{ include "goodput.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: goodput
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "goodput.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "goodput.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The image reference: repository@digest when a digest is set, else repository:tag with
+the tag defaulting to appVersion. The operator passes the same reference to everything it
+creates. */}}
+{{- define "goodput.image" -}}
+{{- $repo := required "image.repository is required" .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if eq $tag "latest" -}}
+{{- fail "image.tag: `latest` is refused; give a release tag or a digest" -}}
+{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Lease's name. */}}
+{{- define "goodput.leaseName" -}}
+{{- default (include "goodput.fullname" .) .Values.leaderElection.leaseName -}}
+{{- end -}}
+
+{{/* The operator's rules on what it reconciles, in every watched namespace. Shared by the
+ClusterRole (cluster-wide mode) and the per-namespace Role (namespaced mode); the chart's
+README gives the reason for each verb. */}}
+{{- define "goodput.controllerRules" -}}
+# CapacityBenchmarks: the controller's list+watch, and a fresh get at each reconcile.
+- apiGroups: ["goodput.dev"]
+  resources: ["capacitybenchmarks"]
+  verbs: ["get", "list", "watch"]
+# Status is written with a replace (PUT) on /status, guarded by resourceVersion.
+- apiGroups: ["goodput.dev"]
+  resources: ["capacitybenchmarks/status"]
+  verbs: ["update"]
+# Point Jobs: watched (owned), read, server-side applied, deleted on a retry or a new spec.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Point and result ConfigMaps: watched (owned), read, applied, the merged report merged in,
+# deleted on a retry. `update` is never sent by the operator: it is held because the
+# operator creates the loadgen Role granting get/patch/update on result ConfigMaps, and
+# RBAC lets it create a Role only with permissions it holds itself.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# A simulated target's Deployment: watched (owned), applied, deleted once no longer needed.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Services: the simulated target's (watched, applied, deleted) and a Service target's (get).
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A target's ready endpoints and metrics addresses.
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+# A point's pods: whether they started and why one failed.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+# The loadgen pods' identity, applied per point: ServiceAccount, Role, RoleBinding.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create", "patch"]
+# Events on benchmarks (created, then patched as a series when repeated).
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* Read access to a target Service in another namespace (namespaced mode). */}}
+{{- define "goodput.targetRules" -}}
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+{{- end -}}
