@@ -118,7 +118,14 @@ pub async fn a_restarted_operator_loses_and_repeats_no_point(env: &Env) {
     );
     let count = env.jobs_of(&cb).await.len();
     assert_eq!(count, 3, "one Job per point");
-    assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), Some(9.0));
+    // The capacity is the one its recorded points give (9 RPS on a quiet machine; a loaded
+    // one may fail a point, and that is a measurement, not a lost point).
+    let passed = points(&cb)
+        .iter()
+        .filter(|p| p.valid && p.verdict == goodput::api::FinishedPoint::PASS)
+        .filter_map(|p| p.offered_rps)
+        .reduce(f64::max);
+    assert_eq!(cb.status.as_ref().and_then(|s| s.capacity_rps), passed);
 }
 
 /// A spec the validator refuses: `SpecValid=False`, a Warning Event, no Job, no reconcile
