@@ -50,51 +50,13 @@ mod process;
 use process::{proc_cpu_s, proc_rss, raise_nofile};
 #[path = "support/fixed_latency_server.rs"]
 mod server;
-use server::{ROLE_ENV, ServerProc, run_server};
+use server::{ROLE_ENV, ServerProc, manifest, run_server};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-/// A one-class manifest (128 input tokens) that passes validation.
-fn manifest(output_tokens: u32, requests: u64) -> String {
-    format!(
-        "cutoff: 2026-08-29
-model:
-  id: bench-model
-  revision: bench-model-r1
-  tokenizer_revision: bench-tokenizer-r1
-  precision: bf16
-engine:
-  name: fixed-latency-bench-server
-  version: \"1.0\"
-  placement: {{tp: 1, pp: 1, dp: 1, replicas: 1, gpus: 1}}
-  prefix_cache: disabled
-  speculative_decoding: disabled
-  disaggregated_prefill: disabled
-client:
-  location: bench/loopback
-  streaming: true
-  arrival_pattern: poisson
-  minimum_duration_seconds: 1
-  initial_scheduled_requests: {requests}
-  request_schedule_seed: 20260829
-  class_schedule_counts: {{bench: {requests}}}
-  warmup_seconds: 1
-workload:
-  - {{name: bench, mix: 1.0, input_tokens: 128, output_tokens: {output_tokens},
-     request_ttft_cutoff_ms: 500, request_tpot_cutoff_ms: 40}}
-acceptance:
-  class_slo_attainment_min: 0.95
-  min_successful_samples_per_class: 1
-  error_rate_max: 0.01
-  queue_trend_required: flat
-  target_utilization: 0.75
-"
-    )
-}
 
 /// What one loadgen process did and cost.
 struct LoadgenRun {

@@ -119,6 +119,10 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// The benchmark of one rate point: `requests` requests at `rate` req/s against `url`, one
 /// class, one cache mode, one schedule block, one shard.
 fn benchmark_yaml(name: &str, url: &str, requests: u64, rate: f64) -> String {
+    let manifest: String = server::manifest(32, requests)
+        .lines()
+        .map(|line| format!("      {line}\n"))
+        .collect();
     format!(
         r#"apiVersion: goodput.dev/v1alpha1
 kind: CapacityBenchmark
@@ -127,32 +131,7 @@ spec:
   target: {{url: "{url}", model: bench-model, replicas: 1}}
   workload:
     manifest:
-      model: {{id: bench-model, revision: bench-model-r1, tokenizer_revision: bench-tokenizer-r1, precision: bf16}}
-      engine:
-        name: fixed-latency-bench-server
-        version: "1.0"
-        placement: {{tp: 1, pp: 1, dp: 1, replicas: 1, gpus: 1}}
-        prefix_cache: disabled
-        speculative_decoding: disabled
-        disaggregated_prefill: disabled
-      client:
-        location: bench/loopback
-        streaming: true
-        arrival_pattern: poisson
-        minimum_duration_seconds: 1
-        initial_scheduled_requests: {requests}
-        request_schedule_seed: 20260829
-        class_schedule_counts: {{bench: {requests}}}
-        warmup_seconds: 1
-      workload:
-        - {{name: bench, mix: 1.0, input_tokens: 128, output_tokens: 32, request_ttft_cutoff_ms: 500, request_tpot_cutoff_ms: 40}}
-      acceptance:
-        class_slo_attainment_min: 0.95
-        min_successful_samples_per_class: 1
-        error_rate_max: 0.01
-        queue_trend_required: flat
-        target_utilization: 0.75
-  experiments:
+{manifest}  experiments:
     cacheModes: [cold]
     rateSweep: {{rates: [{rate}]}}
     maxBlocks: 1

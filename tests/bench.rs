@@ -118,26 +118,45 @@ fn the_sweep_finds_the_model_capacity_and_warm_beats_cold() {
     assert_eq!(format!("{:?}", cold.cache), "Cold");
     assert_eq!(format!("{:?}", warm.cache), "Warm");
 
-    // Within one sweep step of the engine model's own bisection.
+    // Held to the engine model's own bisection: every rate clearly below it
+    // passes, every rate clearly above it fails, and the capacity never beats
+    // it. A rate within 5% of the model's cliff may go either way on a loaded
+    // machine (CI once failed 14.2 RPS against a model maximum of 14.37).
     let expected = model_max_rate(dir.path());
     let capacity = cold.capacity_rps.expect("a cold rate passes");
-    let mut rates: Vec<f64> = cold.points.iter().map(|p| p.offered_rps).collect();
-    rates.dedup();
-    let step = rates.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    let rates: Vec<(f64, Option<Verdict>)> = cold
+        .points
+        .iter()
+        .map(|p| (p.offered_rps, p.report.verdict))
+        .collect();
     assert!(
-        (capacity - expected).abs() <= step,
-        "capacity {capacity} vs the model's {expected:.2} (sweep step {step:.2}, rates {rates:?})"
+        capacity <= expected * 1.05,
+        "capacity {capacity} above the model's {expected:.2} (points {rates:?})"
+    );
+    assert!(
+        rates
+            .iter()
+            .filter(|(rate, _)| *rate <= expected * 0.95)
+            .all(|(_, verdict)| *verdict == Some(Verdict::Pass)),
+        "a rate 5% under the model's {expected:.2} failed (points {rates:?})"
+    );
+    assert!(
+        rates
+            .iter()
+            .filter(|(rate, _)| *rate >= expected * 1.05)
+            .all(|(_, verdict)| *verdict == Some(Verdict::Fail)),
+        "a rate 5% over the model's {expected:.2} passed (points {rates:?})"
     );
     // A passing and a failing rate on each side of the capacity.
     assert!(
-        cold.points
+        rates
             .iter()
-            .any(|p| p.offered_rps > capacity && p.report.verdict == Some(Verdict::Fail))
+            .any(|(rate, verdict)| *rate > capacity && *verdict == Some(Verdict::Fail))
     );
     assert!(
-        cold.points
+        rates
             .iter()
-            .any(|p| p.offered_rps <= capacity && p.report.verdict == Some(Verdict::Pass))
+            .any(|(rate, verdict)| *rate <= capacity && *verdict == Some(Verdict::Pass))
     );
 
     // Warm: the prefix cache hits and the same replica holds more load.

@@ -279,7 +279,7 @@ impl Run<'_> {
             Step::Run(key) => {
                 self.engine_pages_answer(&target).await?;
                 if self.status.resolved.is_none() {
-                    self.status.resolved = Some(self.identify(&target).await);
+                    self.status.resolved = Some(self.resolved_identity(&target).await);
                 }
                 self.start(key, &manifest, &target)
                     .await
@@ -413,7 +413,7 @@ impl Run<'_> {
     /// What the target runs: the simulated engine is this build; a real server is asked
     /// (its metric names, `/version`, `/v1/models`), and what it does not say stays
     /// `unknown`.
-    async fn identify(&self, target: &ResolvedTarget) -> ResolvedIdentity {
+    async fn resolved_identity(&self, target: &ResolvedTarget) -> ResolvedIdentity {
         if self.cb.spec.target.is_simulated() {
             return ResolvedIdentity {
                 engine: "goodput simulated engine".into(),
@@ -536,8 +536,7 @@ impl Run<'_> {
         });
         self.status.phase = Some(Phase::Running);
         if let Some(store) = build::ResultsStore::of(&self.cb.spec.loadgen) {
-            let dir = format!("{}/g{}", self.owner.base(), self.generation);
-            self.status.pack = Some(format!("{}/", store.location(&dir)));
+            self.status.pack = Some(format!("{}/", store.location(&self.results_dir())));
         }
         self.condition(
             conditions::PROGRESSING,
@@ -601,12 +600,17 @@ impl Run<'_> {
         .await
     }
 
+    /// This generation's directory in the results store: `<benchmark>/g<generation>`.
+    fn results_dir(&self) -> String {
+        format!("{}/g{}", self.owner.base(), self.generation)
+    }
+
     /// Where a point's shards keep their raw results, when the spec names a claim or a
     /// bucket: `<benchmark>/g<generation>/<job>/` in it.
     fn results_sink(&self, job_name: &str) -> Option<build::ResultsSink> {
         Some(build::ResultsSink {
             store: build::ResultsStore::of(&self.cb.spec.loadgen)?,
-            dir: format!("{}/g{}/{job_name}", self.owner.base(), self.generation),
+            dir: format!("{}/{job_name}", self.results_dir()),
         })
     }
 

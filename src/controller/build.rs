@@ -243,24 +243,6 @@ const BUCKET_CREDENTIALS: [(&str, bool); 3] = [
 /// A point's Job: `goodput loadgen --point-file` in every pod, pod `i` running shard `i`
 /// and writing its result ConfigMap.
 pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
-    let mut args = vec![
-        "loadgen".to_owned(),
-        "--point-file".to_owned(),
-        format!("{POINT_MOUNT}/{POINT_KEY}"),
-        "--shard".to_owned(),
-        format!("$(JOB_COMPLETION_INDEX)/{}", spec.shards),
-        "--result-config-map".to_owned(),
-        format!("{}-$(JOB_COMPLETION_INDEX)", spec.name),
-        "--out".to_owned(),
-        match &spec.results {
-            Some(ResultsSink {
-                store: ResultsStore::Claim(_),
-                dir,
-            }) => format!("{RESULTS_MOUNT}/{dir}/shard-$(JOB_COMPLETION_INDEX)"),
-            _ => LOCAL_OUT.to_owned(),
-        },
-        "--quiet".to_owned(),
-    ];
     let mut env = Vec::new();
     let mut mounts = vec![
         VolumeMount {
@@ -290,57 +272,76 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
             ..Default::default()
         },
     ];
-    match spec.results.as_ref().map(|sink| (&sink.store, sink)) {
-        None => {}
-        Some((ResultsStore::Claim(claim), _)) => {
-            mounts.push(VolumeMount {
-                name: "results".into(),
-                mount_path: RESULTS_MOUNT.into(),
-                ..Default::default()
-            });
-            volumes.push(Volume {
-                name: "results".into(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim.clone(),
-                    read_only: None,
-                }),
-                ..Default::default()
-            });
-        }
-        Some((ResultsStore::Bucket(bucket), sink)) => {
-            args.extend([
-                "--results-url".to_owned(),
-                format!(
-                    "{}/shard-$(JOB_COMPLETION_INDEX)",
-                    sink.store.location(&sink.dir)
-                ),
-            ]);
-            if let Some(endpoint) = &bucket.endpoint {
-                args.extend(["--results-endpoint".to_owned(), endpoint.clone()]);
-            }
-            if let Some(region) = &bucket.region {
-                args.extend(["--results-region".to_owned(), region.clone()]);
-            }
-            if bucket.allow_http {
-                args.push("--results-allow-http".to_owned());
-            }
-            // The credentials stay in the Secret: the pod reads them as variables.
-            if let Some(secret) = &bucket.credentials_secret {
-                env.extend(BUCKET_CREDENTIALS.iter().map(|&(key, required)| EnvVar {
-                    name: key.into(),
-                    value_from: Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector {
-                            name: secret.clone(),
-                            key: key.into(),
-                            optional: (!required).then_some(true),
-                        }),
-                        ..Default::default()
+    // The files go to the claim's directory, else to the pod's emptyDir (uploaded from
+    // there to a bucket, or kept only in the result ConfigMap).
+    let mut out = LOCAL_OUT.to_owned();
+    let mut upload = Vec::new();
+    if let Some(sink) = &spec.results {
+        match &sink.store {
+            ResultsStore::Claim(claim) => {
+                out = format!("{RESULTS_MOUNT}/{}/shard-$(JOB_COMPLETION_INDEX)", sink.dir);
+                mounts.push(VolumeMount {
+                    name: "results".into(),
+                    mount_path: RESULTS_MOUNT.into(),
+                    ..Default::default()
+                });
+                volumes.push(Volume {
+                    name: "results".into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: claim.clone(),
+                        read_only: None,
                     }),
                     ..Default::default()
-                }));
+                });
+            }
+            ResultsStore::Bucket(bucket) => {
+                upload.extend([
+                    "--results-url".to_owned(),
+                    format!(
+                        "{}/shard-$(JOB_COMPLETION_INDEX)",
+                        sink.store.location(&sink.dir)
+                    ),
+                ]);
+                if let Some(endpoint) = &bucket.endpoint {
+                    upload.extend(["--results-endpoint".to_owned(), endpoint.clone()]);
+                }
+                if let Some(region) = &bucket.region {
+                    upload.extend(["--results-region".to_owned(), region.clone()]);
+                }
+                if bucket.allow_http {
+                    upload.push("--results-allow-http".to_owned());
+                }
+                // The credentials stay in the Secret: the pod reads them as variables.
+                if let Some(secret) = &bucket.credentials_secret {
+                    env.extend(BUCKET_CREDENTIALS.iter().map(|&(key, required)| EnvVar {
+                        name: key.into(),
+                        value_from: Some(EnvVarSource {
+                            secret_key_ref: Some(SecretKeySelector {
+                                name: secret.clone(),
+                                key: key.into(),
+                                optional: (!required).then_some(true),
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }));
+                }
             }
         }
     }
+    let mut args = vec![
+        "loadgen".to_owned(),
+        "--point-file".to_owned(),
+        format!("{POINT_MOUNT}/{POINT_KEY}"),
+        "--shard".to_owned(),
+        format!("$(JOB_COMPLETION_INDEX)/{}", spec.shards),
+        "--result-config-map".to_owned(),
+        format!("{}-$(JOB_COMPLETION_INDEX)", spec.name),
+        "--out".to_owned(),
+        out,
+        "--quiet".to_owned(),
+    ];
+    args.extend(upload);
     if let Some(at) = spec.start_at {
         args.extend(["--start-at".to_owned(), format!("{at:.3}")]);
     }

@@ -17,7 +17,7 @@ use crate::analysis::{
 };
 use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop;
-use crate::engine_metrics::series::{MetricsSeries, ScrapeSample};
+use crate::engine_metrics::series::MetricsSeries;
 use crate::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
 };
@@ -600,10 +600,12 @@ fn unanswered_pages(targets: &[String], series: Option<&MetricsSeries>) -> Optio
             targets.join(", ")
         ));
     };
-    let failed: Vec<&ScrapeSample> = series.samples.iter().filter(|x| !x.ok).collect();
-    let last_error = failed
+    let failed = series.samples.iter().filter(|x| !x.ok).count();
+    let last_error = series
+        .samples
         .iter()
         .rev()
+        .filter(|x| !x.ok)
         .find_map(|x| x.error.as_deref())
         .unwrap_or("no reason recorded");
     let silent: Vec<&str> = series
@@ -620,11 +622,10 @@ fn unanswered_pages(targets: &[String], series: Option<&MetricsSeries>) -> Optio
             silent.join(", ")
         ));
     }
-    (failed.len() * 2 > series.samples.len()).then(|| {
+    (failed * 2 > series.samples.len()).then(|| {
         format!(
-            "{} of {} engine scrapes failed ({last_error}): the point's engine evidence is \
-             partial",
-            failed.len(),
+            "{failed} of {} engine scrapes failed ({last_error}): the point's engine evidence \
+             is partial",
             series.samples.len()
         )
     })
@@ -837,6 +838,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine_metrics::series::ScrapeSample;
     use crate::loadgen::Timeouts;
     use crate::workload::schedule::{ScheduleClass, TraceEntry};
 

@@ -503,6 +503,15 @@ pub struct Setup {
     pub dir: tempfile::TempDir,
 }
 
+impl Setup {
+    /// The operator as its own process on this cluster, pods running `image`, logging to
+    /// `operator.log` in the setup's directory.
+    pub fn operator(&self, image: &str, args: &[&str]) -> Operator {
+        let log = self.dir.path().join("operator.log");
+        Operator::start_with(&self.kubeconfig, image, &log, args)
+    }
+}
+
 pub async fn setup() -> Setup {
     setup_with_scripts(&[]).await
 }
@@ -570,6 +579,14 @@ pub async fn create(client: &kube::Client, yaml: &str) -> CapacityBenchmark {
     api.create(&PostParams::default(), &cb)
         .await
         .expect("the benchmark is accepted")
+}
+
+/// Waits up to `timeout` for the benchmark in `default` to reach `Succeeded`.
+pub async fn succeeded(client: &kube::Client, name: &str, timeout: Duration) -> CapacityBenchmark {
+    wait_for(client, name, timeout, "Succeeded", |cb| {
+        phase(cb) == Some(Phase::Succeeded)
+    })
+    .await
 }
 
 /// Polls the benchmark in the `default` namespace until `done` holds, or panics after
