@@ -1405,6 +1405,22 @@ fn write(state: &Arc<ApiState>, req: &Req, t: &Target, verb: &str) -> Result<Res
     // Server-side apply creates what does not exist (never through a subresource).
     if verb == "patch" && t.sub.is_none() && state.store.get(&key, ns, &name).is_none() {
         if patch_type(req)? == PatchType::Apply {
+            // A create through apply needs `create` on this name as well as `patch` (the
+            // API server's patch handler authorizes its createAuthorizerAttributes).
+            authorize(
+                state,
+                &req.user,
+                rbac::Attributes {
+                    user: user_info(&req.user),
+                    verb: "create".into(),
+                    api_group: t.rt.group.clone(),
+                    resource: t.rt.plural.clone(),
+                    subresource: None,
+                    namespace: t.ns.clone(),
+                    name: Some(name.clone()),
+                    path: None,
+                },
+            )?;
             check_apply_body(t, &body)?;
             let lists = lists_for(&t.rt);
             let api_version = t.rt.api_version();

@@ -1030,3 +1030,59 @@ async fn a_watch_ends_at_its_timeout_with_a_bookmark() {
         other => panic!("expected a closing bookmark, got {other:?}"),
     }
 }
+
+/// Server-side apply that creates an object needs `create` on it as well as `patch` (the
+/// API server's patch handler authorizes a create for that name); applying to an object
+/// that exists needs `patch` only.
+#[tokio::test]
+async fn an_apply_that_creates_needs_the_create_verb() {
+    let cluster = start().await;
+    let admin = client(&cluster).await;
+    let rbac = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "applier"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "cm-patch"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "applier"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-patch"},
+               "subjects": [{"kind": "ServiceAccount", "name": "applier", "namespace": "default"}]}),
+    ];
+    for object in rbac {
+        let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+        let gvk = kube::api::GroupVersionKind::try_from(object.types.as_ref().unwrap()).unwrap();
+        let (ar, _) = kube::discovery::pinned_kind(&admin, &gvk).await.unwrap();
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(admin.clone(), "default", &ar);
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let sa = crate::support::client_from(&cluster.kubeconfig_for("default", "applier")).await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(sa);
+    let apply = PatchParams::apply("applier");
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"},
+                      "data": {"a": "1"}});
+    let e = err(maps
+        .patch("applied", &apply, &Patch::Apply(&body))
+        .await
+        .unwrap_err());
+    assert_eq!(
+        (e.code, e.reason.as_str()),
+        (403, "Forbidden"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("cannot create"), "{}", e.message);
+    // Once the object exists, applying to it is a patch.
+    Api::<ConfigMap>::default_namespaced(admin)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "applied"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let applied = maps
+        .patch("applied", &apply, &Patch::Apply(&body))
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap()["a"], "1");
+}
