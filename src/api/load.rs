@@ -1014,7 +1014,7 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         for name in [
             "examples/capacity-benchmark.yaml",
-            "examples/capacity-benchmark-simulated-cluster.yaml",
+            "examples/simulated-engine.yaml",
         ] {
             let loaded = load_benchmark(&root.join(name)).unwrap();
             assert!(!loaded.has_errors(), "{name}: {:?}", loaded.findings);

@@ -14,7 +14,7 @@ const CRD_FILE: &str = concat!(
 );
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../examples/capacity-benchmark-simulated-cluster.yaml"
+    "/../examples/simulated-engine.yaml"
 );
 
 /// Kills the operator process when the test ends, passed or not.

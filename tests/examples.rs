@@ -1,0 +1,504 @@
+//! The examples a user copies (`examples/*.yaml`), checked the way a user uses them: every
+//! `CapacityBenchmark` in them passes `goodput lint` (a Service target with the one error
+//! that only the operator can resolve it), and every document of every example
+//! (the benchmarks, and the Deployments and Services beside them) is accepted by an API
+//! server with the committed CRD installed, its schema and CEL rules included, and reads
+//! back as written. The directory is listed, so a new example is covered without a change
+//! here. No operator runs: whether a benchmark reaches `Ready` is the operator tests' part.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use goodput::api::CapacityBenchmark;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Scope, pinned_kind};
+use serde_json::Value;
+use testcluster::cluster::{Cluster, ClusterConfig};
+
+/// Files in `examples/` that hold no Kubernetes object, each with why. Every other `.yaml`
+/// file there must hold at least one `CapacityBenchmark`.
+const NOT_BENCHMARKS: &[&str] = &[
+    // The methodology's frozen workload manifest on its own: what `goodput analyze
+    // --manifest` and `spec.workload.manifestFile` read, and the seed the binary embeds.
+    "workload-manifest.yaml",
+];
+
+const CRD_FILE: &str = "crds/capacitybenchmark.yaml";
+const CRD_NAME: &str = "capacitybenchmarks.goodput.dev";
+const BENCHMARK_KIND: &str = "CapacityBenchmark";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One YAML document of an example: its text (for `goodput lint` and the benchmark loader)
+/// and its value (for the API server).
+struct Document {
+    text: String,
+    value: Value,
+}
+
+impl Document {
+    fn str_at(&self, pointer: &str) -> Option<&str> {
+        self.value.pointer(pointer).and_then(Value::as_str)
+    }
+
+    fn kind(&self) -> &str {
+        self.str_at("/kind").unwrap_or_default()
+    }
+
+    fn api_version(&self) -> &str {
+        self.str_at("/apiVersion").unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.str_at("/metadata/name").unwrap_or_default()
+    }
+
+    /// `Kind/name`, for messages.
+    fn label(&self) -> String {
+        format!("{}/{}", self.kind(), self.name())
+    }
+}
+
+/// An example file and its documents, in file order.
+struct Example {
+    path: PathBuf,
+    file_name: String,
+    documents: Vec<Document>,
+}
+
+/// The documents of a multi-document YAML file: split at `---` lines (what `kubectl apply
+/// -f` does), each part parsed alone. A part with nothing but comments is no document. The
+/// split is checked against the YAML parser's own reading of the whole file.
+fn documents(path: &Path, text: &str) -> Vec<Document> {
+    let mut parts = vec![String::new()];
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            parts.push(String::new());
+        } else {
+            let part = parts.last_mut().expect("parts starts with one part");
+            part.push_str(line);
+            part.push('\n');
+        }
+    }
+    let docs: Vec<Document> = parts
+        .into_iter()
+        .filter(|part| {
+            part.lines().any(|l| {
+                let l = l.trim();
+                !l.is_empty() && !l.starts_with('#')
+            })
+        })
+        .map(|text| {
+            let value: Value = serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: a document does not parse: {e}", path.display()));
+            Document { text, value }
+        })
+        .collect();
+    let whole: Vec<Value> = serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("{}: does not parse as YAML: {e}", path.display()))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect();
+    let split: Vec<&Value> = docs.iter().map(|d| &d.value).collect();
+    assert_eq!(
+        split,
+        whole.iter().collect::<Vec<_>>(),
+        "{}: splitting at `---` lines reads other documents than the YAML parser does",
+        path.display()
+    );
+    docs
+}
+
+/// Every `examples/*.yaml` file but [`NOT_BENCHMARKS`], sorted by name.
+fn examples() -> Vec<Example> {
+    let dir = repo().join("examples");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("examples/ lists")
+        .map(|entry| {
+            entry
+                .expect("an examples/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    for skipped in NOT_BENCHMARKS {
+        assert!(
+            names.iter().any(|n| n == skipped),
+            "NOT_BENCHMARKS names examples/{skipped}, which is gone: remove it from the list"
+        );
+    }
+    let examples: Vec<Example> = names
+        .into_iter()
+        .filter(|name| !NOT_BENCHMARKS.contains(&name.as_str()))
+        .map(|file_name| {
+            let path = dir.join(&file_name);
+            let text = std::fs::read_to_string(&path).expect("an example reads");
+            let documents = documents(&path, &text);
+            Example {
+                path,
+                file_name,
+                documents,
+            }
+        })
+        .collect();
+    assert!(
+        !examples.is_empty(),
+        "no example found in {}",
+        dir.display()
+    );
+    for ex in &examples {
+        assert!(
+            ex.documents.iter().any(|d| d.kind() == BENCHMARK_KIND),
+            "examples/{} holds no {BENCHMARK_KIND}: every example does, else list it in \
+             NOT_BENCHMARKS with why",
+            ex.file_name
+        );
+    }
+    examples
+}
+
+/// The error paths `goodput lint` must report for a benchmark, and only those.
+///
+/// `goodput lint` checks a file for `goodput bench`, which cannot resolve a Service in a
+/// cluster and says to give `url` with a port-forward instead: for a `spec.target.service`
+/// benchmark that one error is expected, and nothing else may be wrong. The operator runs
+/// every other check (`check_benchmark`) and resolves the Service itself.
+fn expected_lint_errors(doc: &Document) -> Vec<&'static str> {
+    if doc.value.pointer("/spec/target/service").is_some() {
+        vec!["spec.target.service"]
+    } else {
+        Vec::new()
+    }
+}
+
+#[test]
+fn every_example_benchmark_lints_clean_but_for_a_service_target() {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let mut linted = 0;
+    for ex in examples() {
+        let benchmarks = ex.documents.iter().filter(|d| d.kind() == BENCHMARK_KIND);
+        for (i, doc) in benchmarks.enumerate() {
+            // `goodput lint` reads one document per file and refuses a file of several (the
+            // Deployment and Service beside a benchmark): those benchmarks are linted alone,
+            // from a copy of their own document. A relative `manifestFile` would not resolve
+            // from there; the examples keep their manifests inline.
+            let file = if ex.documents.len() == 1 {
+                ex.path.clone()
+            } else {
+                assert!(
+                    doc.value.pointer("/spec/workload/manifestFile").is_none(),
+                    "examples/{}: {}: a benchmark beside other documents keeps its manifest \
+                     inline (a manifestFile would not lint from a copy of its document)",
+                    ex.file_name,
+                    doc.label()
+                );
+                let copy = tmp.path().join(format!("{}-{i}.yaml", doc.name()));
+                std::fs::write(&copy, &doc.text).expect("the benchmark's copy writes");
+                copy
+            };
+            let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
+                .arg("lint")
+                .arg(&file)
+                .output()
+                .expect("the goodput binary runs");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let context = format!(
+                "examples/{} ({}): goodput lint said:\n{stdout}{}",
+                ex.file_name,
+                doc.label(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let prefix = format!("{}: ", file.display());
+            let (mut errors, mut warnings, mut ok) = (Vec::new(), Vec::new(), false);
+            for line in stdout.lines() {
+                let Some(rest) = line.strip_prefix(&prefix) else {
+                    panic!("a line that names no file: {line}\n{context}");
+                };
+                if rest == "ok" {
+                    ok = true;
+                } else if let Some(finding) = rest.strip_prefix("error: ") {
+                    errors.push(finding.to_owned());
+                } else if let Some(finding) = rest.strip_prefix("warning: ") {
+                    warnings.push(finding.to_owned());
+                } else {
+                    panic!("an unexpected line: {line}\n{context}");
+                }
+            }
+            let expected = expected_lint_errors(doc);
+            let error_paths: Vec<&str> = errors
+                .iter()
+                .map(|e| e.split_once(": ").map_or(e.as_str(), |(path, _)| path))
+                .collect();
+            assert_eq!(error_paths, expected, "{context}");
+            for error in &errors {
+                assert!(
+                    error.contains("is resolved by the operator in a cluster"),
+                    "{context}"
+                );
+            }
+            assert!(warnings.is_empty(), "an example lints clean: {context}");
+            assert_eq!(out.status.success(), expected.is_empty(), "{context}");
+            assert_eq!(ok, expected.is_empty(), "{context}");
+            linted += 1;
+        }
+    }
+    assert!(linted > 0, "no benchmark was linted");
+}
+
+/// The fields of a document that its Kubernetes type does not know, as paths (a misspelt
+/// field, or one at the wrong level). A real API server refuses them under `kubectl
+/// apply`'s default strict field validation; the test cluster checks only CRD schemas, so
+/// built-in kinds are checked here against k8s-openapi's types.
+fn unknown_fields(doc: &Document) -> Vec<String> {
+    fn ignored<K: serde::de::DeserializeOwned>(value: &Value) -> Result<Vec<String>, String> {
+        let mut paths = Vec::new();
+        serde_ignored::deserialize::<_, _, K>(value.clone(), |path| paths.push(path.to_string()))
+            .map_err(|e| e.to_string())?;
+        // The derived custom resource reads its type from the Rust type, not the document.
+        paths.retain(|p| p != "apiVersion" && p != "kind");
+        Ok(paths)
+    }
+    let found = match (doc.api_version(), doc.kind()) {
+        ("apps/v1", "Deployment") => ignored::<Deployment>(&doc.value),
+        ("v1", "Service") => ignored::<Service>(&doc.value),
+        ("v1", "ConfigMap") => ignored::<ConfigMap>(&doc.value),
+        ("v1", "Secret") => ignored::<Secret>(&doc.value),
+        ("v1", "ServiceAccount") => ignored::<ServiceAccount>(&doc.value),
+        ("v1", "PersistentVolumeClaim") => ignored::<PersistentVolumeClaim>(&doc.value),
+        ("goodput.dev/v1alpha1", BENCHMARK_KIND) => ignored::<CapacityBenchmark>(&doc.value),
+        (version, kind) => panic!(
+            "{version} {kind} ({}): add its k8s-openapi type to unknown_fields",
+            doc.name()
+        ),
+    };
+    found.unwrap_or_else(|e| panic!("{}: does not read as its type: {e}", doc.label()))
+}
+
+/// Where `stored` differs from `sent` for the fields `sent` has (what the API server
+/// dropped or changed; fields it added, such as defaults and metadata, are fine). Numbers
+/// compare by value, and a number equals its string form (a quantity `2` reads back as
+/// `"2"`).
+fn differences(sent: &Value, stored: &Value, at: &str, out: &mut Vec<String>) {
+    let here = |key: &str| {
+        if at.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
+    match (sent, stored) {
+        (Value::Object(s), Value::Object(t)) => {
+            for (key, value) in s {
+                match t.get(key) {
+                    Some(back) => differences(value, back, &here(key), out),
+                    None if value.is_null() => {}
+                    None => out.push(format!("{}: sent, not stored", here(key))),
+                }
+            }
+        }
+        (Value::Array(s), Value::Array(t)) if s.len() == t.len() => {
+            for (i, (value, back)) in s.iter().zip(t).enumerate() {
+                differences(value, back, &format!("{at}[{i}]"), out);
+            }
+        }
+        (Value::Number(s), Value::Number(t)) if s.as_f64() == t.as_f64() => {}
+        (Value::Number(s), Value::String(t)) if s.to_string() == *t => {}
+        (s, t) if s == t => {}
+        (s, t) => out.push(format!("{at}: sent {s}, stored {t}")),
+    }
+}
+
+/// A kube client for the cluster.
+async fn client(cluster: &Cluster) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(&cluster.kubeconfig()).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig loads");
+    kube::Client::try_from(config).expect("client builds")
+}
+
+/// Installs the committed CRD (the file a user applies with the examples) and waits until
+/// it is established.
+async fn install_crd(client: &kube::Client) {
+    let yaml = std::fs::read_to_string(repo().join(CRD_FILE)).expect("the CRD file reads");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("the CRD parses");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("the API server accepts the CRD");
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        CRD_NAME,
+        kube::runtime::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(30), established)
+        .await
+        .expect("the CRD is established in time")
+        .expect("watching the CRD");
+}
+
+/// A namespace name for an example: `example-` and the file's stem, as a DNS label.
+fn namespace_for(file_name: &str) -> String {
+    let stem = file_name.trim_end_matches(".yaml");
+    let label: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let mut name = format!("example-{label}");
+    name.truncate(63);
+    name.trim_end_matches('-').to_owned()
+}
+
+#[tokio::test]
+async fn every_example_document_is_accepted_by_the_api_server() {
+    let cluster = Cluster::start(ClusterConfig::default())
+        .await
+        .expect("cluster starts");
+    let client = client(&cluster).await;
+    install_crd(&client).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut benchmarks_read = 0;
+
+    for ex in examples() {
+        let file = format!("examples/{}", ex.file_name);
+        // Each example in a namespace of its own, as a user applies it (`kubectl apply -n`):
+        // no example's objects can stand in for another's.
+        let ns = namespace_for(&ex.file_name);
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: namespace {ns}: {e}"));
+
+        let mut seen = Vec::new();
+        for doc in &ex.documents {
+            let label = doc.label();
+            assert!(
+                !doc.name().is_empty(),
+                "{file}: a {} has no name",
+                doc.kind()
+            );
+            assert!(
+                !seen.contains(&label),
+                "{file}: {label} appears twice: the second would overwrite the first"
+            );
+            seen.push(label.clone());
+            assert!(
+                doc.value.pointer("/metadata/namespace").is_none(),
+                "{file}: {label} names a namespace; the examples leave it to `kubectl apply -n`"
+            );
+            let unknown = unknown_fields(doc);
+            assert!(
+                unknown.is_empty(),
+                "{file}: {label}: fields its type does not know (misspelt, or at the wrong \
+                 level): {unknown:?}"
+            );
+
+            let (group, version) = match doc.api_version().split_once('/') {
+                Some((group, version)) => (group, version),
+                None => ("", doc.api_version()),
+            };
+            let gvk = GroupVersionKind::gvk(group, version, doc.kind());
+            let (resource, capabilities) = pinned_kind(&client, &gvk)
+                .await
+                .unwrap_or_else(|e| panic!("{file}: {label}: the cluster does not serve it: {e}"));
+            let api: Api<DynamicObject> = match capabilities.scope {
+                Scope::Namespaced => Api::namespaced_with(client.clone(), &ns, &resource),
+                Scope::Cluster => Api::all_with(client.clone(), &resource),
+            };
+            // Server-side apply with strict field validation, as `kubectl apply
+            // --server-side` sends it: the CRD's schema and CEL rules judge a benchmark.
+            api.patch(
+                doc.name(),
+                &PatchParams::apply("goodput-examples-test").validation_strict(),
+                &Patch::Apply(&doc.value),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{file}: {label}: the API server refused it: {e}"));
+
+            let stored = api
+                .get(doc.name())
+                .await
+                .unwrap_or_else(|e| panic!("{file}: {label}: cannot be read back: {e}"));
+            let stored = serde_json::to_value(&stored).expect("an object serializes");
+            let mut changed = Vec::new();
+            differences(&doc.value, &stored, "", &mut changed);
+            assert!(
+                changed.is_empty(),
+                "{file}: {label}: the API server did not keep what was sent (pruned or \
+                 changed): {changed:#?}"
+            );
+
+            if doc.kind() == BENCHMARK_KIND {
+                // Read back as the operator reads it: the typed resource, with the schema's
+                // defaults filled in, is the benchmark `goodput bench` loads from the file.
+                let typed: Api<CapacityBenchmark> = Api::namespaced(client.clone(), &ns);
+                let back = typed.get(doc.name()).await.unwrap_or_else(|e| {
+                    panic!("{file}: {label}: does not read as a typed {BENCHMARK_KIND}: {e}")
+                });
+                let loaded = goodput::api::parse_benchmark(&doc.text, &ex.path)
+                    .unwrap_or_else(|e| panic!("{file}: {label}: the loader refuses it: {e}"));
+                assert_eq!(
+                    back.spec, loaded.benchmark.spec,
+                    "{file}: {label}: the stored spec is not the one the file gives"
+                );
+                assert_eq!(back.metadata.namespace.as_deref(), Some(ns.as_str()));
+                assert!(back.status.is_none(), "{file}: {label}: no operator ran");
+                benchmarks_read += 1;
+            }
+        }
+    }
+    assert!(benchmarks_read > 0, "no benchmark was applied");
+}
+
+#[test]
+fn differences_finds_what_the_server_dropped_or_changed() {
+    let sent = serde_json::json!({
+        "spec": {"replicas": 1, "limits": {"nvidia.com/gpu": 2}, "args": ["a", "b"], "x": null}
+    });
+    // Added fields (defaults, metadata) and a quantity read back as a string are the same.
+    let same = serde_json::json!({
+        "metadata": {"uid": "u"},
+        "spec": {"replicas": 1.0, "limits": {"nvidia.com/gpu": "2"}, "args": ["a", "b"], "more": 1}
+    });
+    let mut out = Vec::new();
+    differences(&sent, &same, "", &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    // A pruned field, a changed value and a shortened list are each reported.
+    let pruned = serde_json::json!({"spec": {"replicas": 2, "args": ["a"]}});
+    let mut out = Vec::new();
+    differences(&sent, &pruned, "", &mut out);
+    assert_eq!(
+        out,
+        [
+            "spec.args: sent [\"a\",\"b\"], stored [\"a\"]",
+            "spec.limits: sent, not stored",
+            "spec.replicas: sent 1, stored 2",
+        ]
+    );
+}
