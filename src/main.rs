@@ -170,7 +170,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only for a terminal: a pod's log file or a CI log gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match cli.log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().with_current_span(true).init(),
@@ -1206,7 +1208,16 @@ fn loadgen(args: LoadgenArgs) -> Result<ExitCode> {
             start_at_unix_s: args.start_at,
             ..goodput::loadgen::point::PointPlan::for_manifest(&manifest, schedule, metrics_targets)
         };
-        measure_and_hand_over(client, &config, &plan, k, &args, result_config_map.as_ref()).await
+        measure_and_hand_over(
+            client,
+            &config,
+            &plan,
+            k,
+            &args,
+            result_config_map.as_ref(),
+            None,
+        )
+        .await
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -1220,6 +1231,7 @@ async fn measure_and_hand_over(
     k: f64,
     args: &LoadgenArgs,
     result_config_map: Option<&goodput::loadgen::publish::ResultConfigMap>,
+    prometheus: Option<&goodput::api::PrometheusSource>,
 ) -> Result<()> {
     // Configured before any load, so a malformed bucket URL costs no run.
     let bucket = match &args.results_url {
@@ -1237,8 +1249,20 @@ async fn measure_and_hand_over(
         eprintln!("loadgen: stopping; writing what was measured");
         let _ = stop_tx.send(true);
     });
-    let measured =
-        goodput::loadgen::point::measure_time_scaled(client, config, plan, k, stop_rx).await?;
+    let mut measured =
+        goodput::loadgen::point::measure_time_scaled(client.clone(), config, plan, k, stop_rx)
+            .await?;
+    // After rescaling, the window is on the wall clock only in a real-time run; a
+    // Prometheus scrapes real servers, which run in real time.
+    if let Some(p) = prometheus.filter(|_| k == 1.0) {
+        let end = measured.started_unix_s + measured.run.start.elapsed().as_secs_f64();
+        match goodput::bench::prometheus_series(&client, p, measured.started_unix_s, end).await {
+            Ok(series) => measured.series = Some(series),
+            // The point stands on the client's records; the queue trend then comes from
+            // the client's in-flight count, and the summary says so.
+            Err(e) => eprintln!("loadgen: warning: engine metrics from Prometheus: {e}"),
+        }
+    }
     let summary = measured.summarize(config, plan)?;
     if let Some(out) = &args.out {
         measured.write(&summary, plan, out)?;
@@ -1328,7 +1352,24 @@ fn loadgen_point_file(args: LoadgenArgs, path: &Path) -> Result<ExitCode> {
                 })?;
             plan.metrics_targets.extend(found);
         }
-        measure_and_hand_over(client, &config, &plan, k, &args, result_config_map.as_ref()).await
+        // Shard 0 reads the engine series from Prometheus when the spec names one (every
+        // shard sees the same engine; the merge judges with the lowest shard's series).
+        let prometheus = job
+            .spec
+            .target
+            .prometheus
+            .as_ref()
+            .filter(|_| plan.shard.0 == 0);
+        measure_and_hand_over(
+            client,
+            &config,
+            &plan,
+            k,
+            &args,
+            result_config_map.as_ref(),
+            prometheus,
+        )
+        .await
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -854,3 +854,53 @@ async fn a_results_bucket_that_refuses_the_upload_leaves_an_invalid_point_that_s
         Some("s3://no-such-bucket/unbucketed/g1/")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_given_namespaces_reconciles_those_and_no_other() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(s.client.clone());
+    for ns in ["team-a", "team-b", "team-c"] {
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+            .expect("a Namespace");
+        namespaces
+            .create(&kube::api::PostParams::default(), &namespace)
+            .await
+            .expect("the namespace is created");
+    }
+    // The comma form the chart's GOODPUT_WATCH_NAMESPACE uses.
+    let _operator = s.operator("goodput", &["--namespace", "team-a,team-b"]);
+    // A mix that does not sum to 1: refused without a Job, so only the status tells
+    // whether the operator reconciled it.
+    let yaml = benchmark_yaml("broken", "6").replace(
+        "mix: 0.5, input_tokens: 2048",
+        "mix: 0.7, input_tokens: 2048",
+    );
+    let mut cb: CapacityBenchmark = serde_saphyr::from_str(&yaml).expect("YAML parses");
+    for ns in ["team-a", "team-b", "team-c"] {
+        cb.metadata.namespace = Some(ns.into());
+        Api::<CapacityBenchmark>::namespaced(s.client.clone(), ns)
+            .create(&kube::api::PostParams::default(), &cb)
+            .await
+            .expect("the benchmark is accepted");
+    }
+    let invalid =
+        |cb: &CapacityBenchmark| condition(cb, "SpecValid").is_some_and(|c| c.status == "False");
+    for ns in ["team-a", "team-b"] {
+        let api: Api<CapacityBenchmark> = Api::namespaced(s.client.clone(), ns);
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !api.get("broken").await.is_ok_and(|cb| invalid(&cb)) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{ns}: no SpecValid=False within 30 s"));
+    }
+    // Both watched namespaces are done; the third, unwatched, was never touched.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let other = Api::<CapacityBenchmark>::namespaced(s.client.clone(), "team-c")
+        .get("broken")
+        .await
+        .expect("the benchmark");
+    assert!(other.status.is_none(), "{:#?}", other.status);
+}

@@ -432,17 +432,8 @@ impl Runner<'_> {
         )
         .await?;
         if let Some(p) = &self.spec.target.prometheus {
-            let source = PrometheusSource {
-                base_url: p.url.clone(),
-                selector: p.selector.clone(),
-                step_s: p.step_seconds,
-            };
             let end = measured.started_unix_s + measured.run.start.elapsed().as_secs_f64();
-            // Prometheus has the window's last samples only after its next scrape.
-            tokio::time::sleep(Duration::from_secs_f64(p.step_seconds.clamp(0.0, 60.0))).await;
-            match query_range_series(&self.client, &source, None, measured.started_unix_s, end)
-                .await
-            {
+            match prometheus_series(&self.client, p, measured.started_unix_s, end).await {
                 Ok(series) => measured.series = Some(series),
                 // The point stands on the client's records; the queue trend then comes
                 // from the client's in-flight count, and the summary says so.
@@ -461,6 +452,31 @@ impl Runner<'_> {
         measured.write(&summary, &real_plan, &self.out.join(dir))?;
         Ok(summary)
     }
+}
+
+/// The engine series of a point's window (`start_unix_s` to `end_unix_s`) from the
+/// Prometheus `spec.target.prometheus` names, read once it has scraped the window's end:
+/// what `goodput bench` and a point Job's first shard both judge the queue trend with.
+pub async fn prometheus_series(
+    client: &reqwest::Client,
+    prometheus: &crate::api::PrometheusSource,
+    start_unix_s: f64,
+    end_unix_s: f64,
+) -> Result<
+    crate::engine_metrics::series::MetricsSeries,
+    crate::engine_metrics::prometheus_api::PrometheusError,
+> {
+    let source = PrometheusSource {
+        base_url: prometheus.url.clone(),
+        selector: prometheus.selector.clone(),
+        step_s: prometheus.step_seconds,
+    };
+    // Prometheus has the window's last samples only after its next scrape.
+    tokio::time::sleep(Duration::from_secs_f64(
+        prometheus.step_seconds.clamp(0.0, 60.0),
+    ))
+    .await;
+    query_range_series(client, &source, None, start_unix_s, end_unix_s).await
 }
 
 /// The simulated engine on its own async runtime and threads, so that its HTTP and SSE work

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use std::time::Duration;
 
 use goodput::controller::lease::{self, LeaseConfig};
@@ -22,9 +23,15 @@ pub struct OperatorArgs {
     /// ServiceAccount.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "GOODPUT_WATCH_NAMESPACE")]
-    namespace: Option<String>,
+    /// Watch only these namespaces (repeat the flag, or separate with commas; default: all
+    /// namespaces). With namespaces, the operator needs no cluster-wide permission.
+    #[arg(long, env = "GOODPUT_WATCH_NAMESPACE", value_delimiter = ',')]
+    namespace: Vec<String>,
+    /// Requests and limits of every loadgen container, as the JSON of a Kubernetes
+    /// ResourceRequirements (e.g. `{"requests":{"cpu":"1","memory":"256Mi"}}`). Default:
+    /// none (the namespace's LimitRange, if any, applies).
+    #[arg(long, env = "GOODPUT_LOADGEN_RESOURCES", value_parser = parse_resources)]
+    loadgen_resources: Option<ResourceRequirements>,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     admin_addr: SocketAddr,
@@ -78,7 +85,8 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
         ));
         let options = Options {
             image: args.image,
-            namespace: args.namespace,
+            namespaces: args.namespace,
+            loadgen_resources: args.loadgen_resources,
             pod_retries: args.pod_retries.max(0),
             pod_start_timeout: std::time::Duration::from_secs(args.pod_start_timeout_s),
             shard_start_lead: std::time::Duration::from_secs_f64(
@@ -171,4 +179,50 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
             .await
             .with_context(|| format!("using {}", path.display()))?;
     kube::Client::try_from(config).context("building the API client")
+}
+
+/// `--loadgen-resources`: a ResourceRequirements in JSON, unknown fields refused.
+fn parse_resources(text: &str) -> Result<ResourceRequirements, String> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    // A quantity may be a bare number (`cpu: 1` in YAML), as the API server accepts it.
+    if let Some(object) = value.as_object_mut() {
+        for part in ["requests", "limits"] {
+            let Some(map) = object.get_mut(part).and_then(|m| m.as_object_mut()) else {
+                continue;
+            };
+            for quantity in map.values_mut().filter(|q| q.is_number()) {
+                *quantity = quantity.to_string().into();
+            }
+        }
+    }
+    let known = ["requests", "limits", "claims"];
+    if let Some(key) = value
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !known.contains(&k.as_str())))
+    {
+        return Err(format!(
+            "unknown field `{key}`; expected requests or limits"
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| format!("not a ResourceRequirements: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_resources;
+
+    #[test]
+    fn loadgen_resources_are_resource_requirements_in_json() {
+        let r =
+            parse_resources(r#"{"requests":{"cpu":1,"memory":"256Mi"},"limits":{"memory":"1Gi"}}"#)
+                .expect("parses");
+        let requests = r.requests.expect("requests");
+        assert_eq!(requests["cpu"].0, "1");
+        assert_eq!(r.limits.expect("limits")["memory"].0, "1Gi");
+        let e = parse_resources(r#"{"request":{"cpu":"1"}}"#).unwrap_err();
+        assert!(e.contains("unknown field `request`"), "{e}");
+        let e = parse_resources("cpu=1").unwrap_err();
+        assert!(e.starts_with("not JSON"), "{e}");
+    }
 }

@@ -42,6 +42,10 @@ const REPORT_KEY: &str = "slo-report.json";
 /// Most requests per second one loadgen pod is asked to send (wall clock) before a point
 /// is sharded, when the spec does not say.
 const RATE_PER_SHARD: f64 = 400.0;
+/// Most scheduled requests one loadgen pod is given when the spec does not say: its
+/// records gzip to about 47 bytes each (measured), and its result ConfigMap holds
+/// `CONFIG_MAP_LIMIT_BYTES` (1,000,000) with the engine series beside them.
+const REQUESTS_PER_SHARD: f64 = 16_000.0;
 
 /// How long a point's pods may all wait before the benchmark says so in a condition (or
 /// half the start timeout, when that is shorter).
@@ -504,7 +508,7 @@ impl Run<'_> {
         let job_name = self
             .owner
             .job_name(self.generation, self.status.points.len(), 0);
-        let shards = shards(&self.cb.spec, key, target.time_scale);
+        let shards = shards(&self.cb.spec, manifest, key, target.time_scale);
         let point = PointJob {
             key,
             spec: self.cb.spec.clone(),
@@ -595,6 +599,7 @@ impl Run<'_> {
                 deadline_seconds,
                 start_at,
                 results: self.results_sink(job_name),
+                resources: self.ctx.options.loadgen_resources.clone(),
             },
         ))
         .await
@@ -1140,13 +1145,21 @@ fn completions(job: &Job) -> u32 {
 
 /// Pods a point needs: the spec's `loadgen.shards`, else enough that none sends more than
 /// [`RATE_PER_SHARD`] requests per second of wall time. A closed loop runs in one pod.
-fn shards(spec: &CapacityBenchmarkSpec, key: PointKey, time_scale: f64) -> u32 {
+fn shards(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    key: PointKey,
+    time_scale: f64,
+) -> u32 {
     match key {
         PointKey::Saturation { .. } => 1,
-        PointKey::Rate { rate, .. } => spec
-            .loadgen
-            .shards
-            .unwrap_or_else(|| ((rate * time_scale / RATE_PER_SHARD).ceil() as u32).clamp(1, 64)),
+        PointKey::Rate { rate, .. } => spec.loadgen.shards.unwrap_or_else(|| {
+            // Enough pods that none sends too fast, and none holds too many records.
+            let by_rate = (rate * time_scale / RATE_PER_SHARD).ceil();
+            let by_size =
+                (manifest.client.initial_scheduled_requests as f64 / REQUESTS_PER_SHARD).ceil();
+            (by_rate.max(by_size) as u32).clamp(1, 64)
+        }),
     }
     .max(1)
 }
@@ -1174,4 +1187,38 @@ fn deadline_seconds(
         }
     };
     (model_s / time_scale.max(1e-3) * 2.0 + 300.0).ceil() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(shards: Option<u32>) -> CapacityBenchmarkSpec {
+        let yaml = include_str!("../../examples/capacity-benchmark-minimal.yaml");
+        let mut cb: CapacityBenchmark = serde_saphyr::from_str(yaml).expect("the example parses");
+        cb.spec.loadgen.shards = shards;
+        cb.spec
+    }
+
+    #[test]
+    fn a_point_gets_enough_shards_for_its_rate_and_its_records() {
+        let seed = crate::workload::seed_manifest();
+        assert_eq!(seed.client.initial_scheduled_requests, 22_000);
+        let rate = |rate| PointKey::Rate {
+            cache: crate::api::CacheModeName::Cold,
+            rate,
+            repeat: 0,
+        };
+        // 22,000 records do not fit one result ConfigMap: 2 pods even at a low rate.
+        assert_eq!(shards(&spec(None), &seed, rate(10.0), 1.0), 2);
+        // 1,000 RPS of wall time: no pod above 400.
+        assert_eq!(shards(&spec(None), &seed, rate(50.0), 20.0), 3);
+        // The spec's count wins; saturation levels run in one pod.
+        assert_eq!(shards(&spec(Some(5)), &seed, rate(10.0), 1.0), 5);
+        let level = PointKey::Saturation {
+            cache: crate::api::CacheModeName::Cold,
+            concurrency: 64,
+        };
+        assert_eq!(shards(&spec(None), &seed, level, 1.0), 1);
+    }
 }

@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSpec,
-    PodTemplateSpec, Probe, SecretKeySelector, Service, ServiceAccount, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -181,6 +182,8 @@ pub struct PointJobSpec {
     pub start_at: Option<f64>,
     /// Where shards keep their raw results: a claim or a bucket, and the point's directory.
     pub results: Option<ResultsSink>,
+    /// The loadgen container's requests and limits (the operator's `--loadgen-resources`).
+    pub resources: Option<ResourceRequirements>,
 }
 
 /// Where a point's shards keep their raw results, and the point's directory there
@@ -239,6 +242,42 @@ const BUCKET_CREDENTIALS: [(&str, bool); 3] = [
     ("AWS_SECRET_ACCESS_KEY", true),
     ("AWS_SESSION_TOKEN", false),
 ];
+
+/// The UID and GID of the pods the operator creates: the image's `nonroot` user.
+const POD_USER: i64 = 65532;
+
+/// The pod-level half of the lock-down the `restricted` Pod Security Standard asks for: a
+/// non-root user and group (which also own mounted volumes, so a results claim is
+/// writable) and the runtime's default seccomp profile.
+fn restricted_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(POD_USER),
+        run_as_group: Some(POD_USER),
+        fs_group: Some(POD_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container-level half: a read-only root filesystem (pods write only to their
+/// volumes), no privilege escalation, every capability dropped.
+fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
 /// A point's Job: `goodput loadgen --point-file` in every pod, pod `i` running shard `i`
 /// and writing its result ConfigMap.
@@ -364,12 +403,15 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
                     service_account_name: Some(owner.loadgen_name()),
+                    security_context: Some(restricted_pod()),
                     containers: vec![Container {
                         name: "loadgen".into(),
                         image: Some(spec.image.clone()),
                         args: Some(args),
                         volume_mounts: Some(mounts),
                         env: (!env.is_empty()).then_some(env),
+                        resources: spec.resources.clone(),
+                        security_context: Some(restricted_container()),
                         // A failed pod's reason in the point's status is its log's last line.
                         termination_message_policy: Some("FallbackToLogsOnError".into()),
                         ..Default::default()
@@ -433,10 +475,12 @@ pub fn simulated_target(
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
+                    security_context: Some(restricted_pod()),
                     containers: vec![Container {
                         name: "engine".into(),
                         image: Some(image.to_owned()),
                         args: Some(args),
+                        security_context: Some(restricted_container()),
                         env: Some(vec![EnvVar {
                             name: "POD_IP".into(),
                             value_from: Some(EnvVarSource {
@@ -539,6 +583,13 @@ mod tests {
                 deadline_seconds: 600,
                 start_at: Some(1_700_000_000.5),
                 results: None,
+                resources: Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "cpu".to_owned(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+                    )])),
+                    ..Default::default()
+                }),
             },
         );
         let spec = job.spec.as_ref().expect("a spec");
@@ -567,6 +618,37 @@ mod tests {
         assert!(joined.contains("--start-at 1700000000.500"), "{joined}");
         assert_eq!(pod.service_account_name.as_deref(), Some("qwen-loadgen"));
         assert_eq!(result_config_map_name("qwen-g1-p3", 2), "qwen-g1-p3-2");
+        let requests = pod.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .expect("the operator's loadgen requests");
+        assert_eq!(requests["cpu"].0, "1");
+        assert_locked_down(pod);
+    }
+
+    /// What the `restricted` Pod Security Standard asks of every pod the operator creates.
+    fn assert_locked_down(pod: &PodSpec) {
+        let p = pod
+            .security_context
+            .as_ref()
+            .expect("a pod security context");
+        assert_eq!(p.run_as_non_root, Some(true));
+        assert!(p.run_as_user.is_some_and(|u| u != 0));
+        assert_eq!(
+            p.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        for c in &pod.containers {
+            let s = c
+                .security_context
+                .as_ref()
+                .expect("a container security context");
+            assert_eq!(s.read_only_root_filesystem, Some(true), "{}", c.name);
+            assert_eq!(s.allow_privilege_escalation, Some(false), "{}", c.name);
+            let drop = s.capabilities.as_ref().and_then(|c| c.drop.clone());
+            assert_eq!(drop, Some(vec!["ALL".to_owned()]), "{}", c.name);
+        }
     }
 
     #[test]
@@ -602,6 +684,7 @@ mod tests {
                     store,
                     dir: "qwen/g1/qwen-g1-p0".into(),
                 }),
+                resources: None,
             },
         );
         let pod = job.spec.and_then(|s| s.template.spec).expect("a pod");
@@ -691,6 +774,7 @@ mod tests {
         );
         assert!(args.contains("--replicas 2 --time-scale 25"), "{args}");
         assert!(args.contains("--set prefix_caching=true"), "{args}");
+        assert_locked_down(&pod);
         assert_eq!(
             service.spec.and_then(|s| s.selector),
             Some(BTreeMap::from([

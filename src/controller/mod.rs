@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
+use futures_util::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -44,8 +44,8 @@ pub const FIELD_MANAGER: &str = "goodput-operator";
 pub struct Options {
     /// The image loadgen Jobs and simulated targets run (the operator's own).
     pub image: String,
-    /// Watch only this namespace; `None`: all namespaces.
-    pub namespace: Option<String>,
+    /// Watch only these namespaces (one controller each); empty: all namespaces.
+    pub namespaces: Vec<String>,
     /// Times a point whose pod failed is started again before it is recorded as invalid.
     pub pod_retries: i32,
     /// How long a point's pods may all wait to start (image pull, scheduling) before the
@@ -55,6 +55,8 @@ pub struct Options {
     /// for every pod to be scheduled, pull the image and start (a shard that starts late
     /// makes the point invalid).
     pub shard_start_lead: Duration,
+    /// The loadgen container's requests and limits, for every point Job.
+    pub loadgen_resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
 }
 
 /// What every reconcile shares.
@@ -70,7 +72,8 @@ pub struct Context {
     /// How the operator runs.
     pub options: Options,
     /// Every benchmark, as the controller's reflector holds them.
-    pub benchmarks: Store<CapacityBenchmark>,
+    /// The watched benchmarks: one store per watched namespace (one for all namespaces).
+    pub benchmarks: Vec<Store<CapacityBenchmark>>,
     /// Consecutive failures per benchmark, for exponential backoff.
     failures: Mutex<HashMap<ObjectRef<CapacityBenchmark>, u32>>,
     /// Reconcile counters and durations.
@@ -198,8 +201,8 @@ impl Context {
         };
         let holder = self
             .benchmarks
-            .state()
-            .into_iter()
+            .iter()
+            .flat_map(Store::state)
             .filter(|b| b.metadata.deletion_timestamp.is_none())
             .filter(|b| {
                 !b.status.as_ref().is_some_and(|s| {
@@ -272,29 +275,18 @@ pub async fn run(
     metrics: metrics::Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (benchmarks, jobs, maps, deployments, services) = match &options.namespace {
-        Some(ns) => (
-            Api::<CapacityBenchmark>::namespaced(client.clone(), ns),
-            Api::<Job>::namespaced(client.clone(), ns),
-            Api::<ConfigMap>::namespaced(client.clone(), ns),
-            Api::<Deployment>::namespaced(client.clone(), ns),
-            Api::<Service>::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
+    // One controller per watched namespace (RBAC then needs nothing cluster-wide), all
+    // reconciling with one context, so the one-benchmark-per-target lock sees them all.
+    let shutdown = shutdown.shared();
+    let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
+        vec![None]
+    } else {
+        options.namespaces.iter().cloned().map(Some).collect()
     };
-    let owned = || watcher::Config::default().labels(&format!("{}=goodput", build::MANAGED_BY));
-    let controller = Controller::new(benchmarks, watcher::Config::default())
-        .owns(jobs, owned())
-        .owns(maps, owned())
-        .owns(deployments, owned())
-        .owns(services, owned())
-        .graceful_shutdown_on(shutdown);
+    let controllers: Vec<Controller<CapacityBenchmark>> = scopes
+        .iter()
+        .map(|ns| controller_in(&client, ns.as_deref()).graceful_shutdown_on(shutdown.clone()))
+        .collect();
     let context = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -306,24 +298,46 @@ pub async fn run(
         client,
         http,
         image: options.image.clone(),
-        benchmarks: controller.store(),
+        benchmarks: controllers.iter().map(Controller::store).collect(),
         options,
         failures: Mutex::default(),
         metrics,
     });
-    info!("Started the CapacityBenchmark controller");
-    controller
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            match result {
-                Ok(_) => {}
-                // Expected after a delete: the queue still held the object.
-                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
-                    tracing::debug!(object = %r, "Reconciled an object that is gone")
+    info!(namespaces = ?scopes, "Started the CapacityBenchmark controller");
+    let runs = controllers.into_iter().map(|controller| {
+        controller
+            .run(reconcile, error_policy, context.clone())
+            .for_each(|result| async move {
+                match result {
+                    Ok(_) => {}
+                    // Expected after a delete: the queue still held the object.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                        tracing::debug!(object = %r, "Reconciled an object that is gone")
+                    }
+                    Err(e) => warn!(error = %e, "Controller error"),
                 }
-                Err(e) => warn!(error = %e, "Controller error"),
-            }
-        })
-        .await;
+            })
+    });
+    futures_util::future::join_all(runs).await;
     info!("Stopped the CapacityBenchmark controller");
+}
+
+/// The CapacityBenchmark controller of one namespace (`None`: all), owning the Jobs,
+/// ConfigMaps, Deployments and Services it labels as its own.
+fn controller_in(client: &Client, namespace: Option<&str>) -> Controller<CapacityBenchmark> {
+    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let owned = || watcher::Config::default().labels(&format!("{}=goodput", build::MANAGED_BY));
+    Controller::new(api(client, namespace), watcher::Config::default())
+        .owns(api::<Job>(client, namespace), owned())
+        .owns(api::<ConfigMap>(client, namespace), owned())
+        .owns(api::<Deployment>(client, namespace), owned())
+        .owns(api::<Service>(client, namespace), owned())
 }
