@@ -153,7 +153,7 @@ async fn handle(State(state): State<Arc<ApiState>>, req: Request) -> Response {
         Ok(r) => r,
         Err(e) => error(e),
     };
-    tracing::debug!(method = %req.method, path = %req.path, status = response.status().as_u16(), "request");
+    tracing::debug!(method = %req.method, path = %req.path, query = ?req.query, status = response.status().as_u16(), "request");
     response
 }
 
@@ -679,9 +679,12 @@ fn parse_body(req: &Req) -> Result<Value, ApiError> {
     }
     let ct = req.header("content-type");
     if ct.starts_with(protobuf::CONTENT_TYPE) {
-        return Err(ApiError::unsupported_media_type(&format!(
-            "{ct} (this test cluster reads protobuf only for access reviews; send JSON)"
-        )));
+        return protobuf::decode_object(&req.body).ok_or_else(|| {
+            ApiError::unsupported_media_type(&format!(
+                "{ct} (this test cluster reads protobuf only for access reviews, Secrets, \
+                 Namespaces and DeleteOptions; send JSON)"
+            ))
+        });
     }
     if ct.contains("yaml") {
         let text = std::str::from_utf8(&req.body)
