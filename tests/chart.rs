@@ -435,6 +435,17 @@ async fn kubectl(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
         .expect("kubectl runs")
 }
 
+/// `helm` against the test cluster, without blocking the runtime that serves it.
+async fn helm_on(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(tools.join("helm"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .expect("helm runs")
+}
+
 async fn kubectl_ok(tools: &Path, kubeconfig: &Path, args: &[&str]) -> String {
     let out = kubectl(tools, kubeconfig, args).await;
     assert!(out.status.success(), "kubectl {args:?}: {}", text(&out));
@@ -479,46 +490,31 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     .expect("kubeconfig loads");
     let client = kube::Client::try_from(config).expect("client builds");
 
-    // The install a user does: the CRDs, then the chart's objects, all server-side.
+    // The install a user does, with the real helm: the CRD from the chart's crds/, every
+    // object server-side applied, the release stored in a Secret. (Not `--wait`: its
+    // readiness check of Deployments lists ReplicaSets, which the test cluster lacks; the
+    // test waits for the replicas itself below.)
     let chart = chart();
-    let crds = chart.join("crds");
-    kubectl_ok(
+    let installed = helm_on(
         &tools,
         &kubeconfig,
         &[
-            "apply",
-            "--server-side",
-            "-f",
-            crds.to_str().expect("UTF-8"),
-        ],
-    )
-    .await;
-    let rendered = dir.path().join("rendered.yaml");
-    let namespace =
-        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n---\n");
-    let out = helm(
-        &tools,
-        &[
-            "template",
+            "install",
             RELEASE,
             chart.to_str().expect("UTF-8"),
             "--namespace",
             NAMESPACE,
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    std::fs::write(&rendered, namespace + &String::from_utf8_lossy(&out.stdout)).expect("written");
-    kubectl_ok(
-        &tools,
-        &kubeconfig,
-        &[
-            "apply",
-            "--server-side",
-            "-f",
-            rendered.to_str().expect("UTF-8"),
+            "--create-namespace",
         ],
     )
     .await;
+    assert!(installed.status.success(), "{}", text(&installed));
+    let listed = helm_on(&tools, &kubeconfig, &["list", "--namespace", NAMESPACE]).await;
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("deployed"),
+        "{}",
+        text(&listed)
+    );
 
     // Both replicas' pods run and pass their readiness probe (/readyz); one leads.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
@@ -730,6 +726,36 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
             .iter()
             .all(|j| !j.name_any().starts_with(&format!("{name}-again"))),
         "no Job was created without the verb"
+    );
+
+    // `helm uninstall` removes the operator and its release; the CRD stays (Helm never
+    // deletes what crds/ installed), and so do the benchmarks.
+    let removed = helm_on(
+        &tools,
+        &kubeconfig,
+        &["uninstall", RELEASE, "--namespace", NAMESPACE],
+    )
+    .await;
+    assert!(removed.status.success(), "{}", text(&removed));
+    eventually(
+        "the operator Deployment is gone",
+        Duration::from_secs(30),
+        || async {
+            deployments
+                .get_opt(RELEASE)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        benchmarks
+            .get_opt(&name)
+            .await
+            .expect("benchmarks")
+            .is_some()
     );
 }
 
