@@ -470,9 +470,19 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
-    let Some(tools) = tools() else { return };
+/// The test cluster with `namespaces` created and the chart `helm install`ed (`extra`
+/// values), both operator replicas Ready and one holding the Lease. `None` where helm
+/// cannot be installed.
+struct Installed {
+    tools: PathBuf,
+    kubeconfig: PathBuf,
+    client: kube::Client,
+    _cluster: Cluster,
+    _dir: tempfile::TempDir,
+}
+
+async fn install(extra: &[&str], namespaces: &[&str]) -> Option<Installed> {
+    let tools = tools()?;
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster =
         Cluster::start(ClusterConfig::default().image("goodput", env!("CARGO_BIN_EXE_goodput")))
@@ -489,6 +499,14 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     .await
     .expect("kubeconfig loads");
     let client = kube::Client::try_from(config).expect("client builds");
+    for ns in namespaces {
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+            .expect("a Namespace");
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("the namespace is created");
+    }
 
     // The install a user does, with the real helm: the CRD from the chart's crds/, every
     // object server-side applied, the release stored in a Secret. (Not `--wait`: its
@@ -499,13 +517,17 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
         &tools,
         &kubeconfig,
         &[
-            "install",
-            RELEASE,
-            chart.to_str().expect("UTF-8"),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-        ],
+            &[
+                "install",
+                RELEASE,
+                chart.to_str().expect("UTF-8"),
+                "--namespace",
+                NAMESPACE,
+                "--create-namespace",
+            ][..],
+            extra,
+        ]
+        .concat(),
     )
     .await;
     assert!(installed.status.success(), "{}", text(&installed));
@@ -552,6 +574,123 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
         "{holder} leads, pods {pods:?}"
     );
 
+    Some(Installed {
+        tools,
+        kubeconfig,
+        client,
+        _cluster: cluster,
+        _dir: dir,
+    })
+}
+
+/// The minimal example, applied to `namespace` as a user applies it, run to Ready by the
+/// installed operator with the chart's RBAC (the operator's pod acts with its
+/// ServiceAccount's token, loadgen pods with theirs); its loadgen Jobs checked.
+async fn run_minimal(installed: &Installed, namespace: &str) -> CapacityBenchmark {
+    let Installed {
+        tools,
+        kubeconfig,
+        client,
+        ..
+    } = installed;
+    let example = Path::new(ROOT).join("examples/capacity-benchmark-minimal.yaml");
+    let cb: CapacityBenchmark =
+        serde_saphyr::from_str(&std::fs::read_to_string(&example).expect("the minimal example"))
+            .expect("the minimal example parses");
+    let name = cb.name_any();
+    kubectl_ok(
+        tools,
+        kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-n",
+            namespace,
+            "-f",
+            example.to_str().expect("UTF-8"),
+        ],
+    )
+    .await;
+    let waited = kubectl(
+        tools,
+        kubeconfig,
+        &[
+            "wait",
+            "-n",
+            namespace,
+            &format!("capacitybenchmark/{name}"),
+            "--for=condition=Ready",
+            "--timeout=360s",
+        ],
+    )
+    .await;
+    let benchmarks: Api<CapacityBenchmark> = Api::namespaced(client.clone(), namespace);
+    let done = benchmarks.get(&name).await.expect("the benchmark");
+    assert!(
+        waited.status.success(),
+        "{}: {:#?}\noperator logs:\n{}",
+        text(&waited),
+        done.status,
+        String::from_utf8_lossy(
+            &kubectl(
+                tools,
+                kubeconfig,
+                &[
+                    "logs",
+                    "-n",
+                    NAMESPACE,
+                    "-l",
+                    "app.kubernetes.io/component=operator",
+                    "--tail",
+                    "40"
+                ]
+            )
+            .await
+            .stdout
+        )
+    );
+    let status = done.status.as_ref().expect("status");
+    assert!(status.capacity_rps.is_some(), "{status:#?}");
+    assert!(status.required_replicas.is_some(), "{status:#?}");
+    let jobs = kubectl_ok(
+        tools,
+        kubeconfig,
+        &[
+            "get",
+            "jobs",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.items[*].spec.template.spec.serviceAccountName}",
+        ],
+    )
+    .await;
+    assert!(!jobs.trim().is_empty(), "the points ran as Jobs");
+    assert!(
+        jobs.split_whitespace().all(|sa| sa != "default"),
+        "loadgen pods run under the benchmark's own account: {jobs}"
+    );
+    // The pods the operator creates are locked down like the chart's own.
+    let listed = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs");
+    for job in &listed.items {
+        let job = serde_json::to_value(job).expect("a Job serializes");
+        let pod = pod_spec(&job).expect("a pod template");
+        let problems = lock_down_problems(&format!("Job {}", job["metadata"]["name"]), pod);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
+    let Some(installed) = install(&[], &[]).await else {
+        return;
+    };
+    let (tools, kubeconfig, client) = (&installed.tools, &installed.kubeconfig, &installed.client);
     // The operator's account may do what the controller does, and nothing it does not.
     let account = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}");
     for (verb, resource, subresource, allowed) in [
@@ -565,8 +704,8 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     ] {
         let subresource = format!("--subresource={subresource}");
         let out = kubectl(
-            &tools,
-            &kubeconfig,
+            tools,
+            kubeconfig,
             &[
                 "auth",
                 "can-i",
@@ -588,96 +727,10 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
         );
     }
 
-    // The minimal example, as a user applies it, runs to Ready with the chart's RBAC (the
-    // operator's pod acts with its ServiceAccount's token; loadgen pods with theirs).
-    let example = Path::new(ROOT).join("examples/capacity-benchmark-minimal.yaml");
-    let cb: CapacityBenchmark =
-        serde_saphyr::from_str(&std::fs::read_to_string(&example).expect("the minimal example"))
-            .expect("the minimal example parses");
+    let cb = run_minimal(&installed, "default").await;
     let name = cb.name_any();
-    kubectl_ok(
-        &tools,
-        &kubeconfig,
-        &[
-            "apply",
-            "--server-side",
-            "-n",
-            "default",
-            "-f",
-            example.to_str().expect("UTF-8"),
-        ],
-    )
-    .await;
-    let waited = kubectl(
-        &tools,
-        &kubeconfig,
-        &[
-            "wait",
-            "-n",
-            "default",
-            &format!("capacitybenchmark/{name}"),
-            "--for=condition=Ready",
-            "--timeout=360s",
-        ],
-    )
-    .await;
     let benchmarks: Api<CapacityBenchmark> = Api::namespaced(client.clone(), "default");
-    let done = benchmarks.get(&name).await.expect("the benchmark");
-    assert!(
-        waited.status.success(),
-        "{}: {:#?}\noperator logs:\n{}",
-        text(&waited),
-        done.status,
-        String::from_utf8_lossy(
-            &kubectl(
-                &tools,
-                &kubeconfig,
-                &[
-                    "logs",
-                    "-n",
-                    NAMESPACE,
-                    "-l",
-                    "app.kubernetes.io/component=operator",
-                    "--tail",
-                    "40"
-                ]
-            )
-            .await
-            .stdout
-        )
-    );
-    let status = done.status.as_ref().expect("status");
-    assert!(status.capacity_rps.is_some(), "{status:#?}");
-    assert!(status.required_replicas.is_some(), "{status:#?}");
-    let jobs = kubectl_ok(
-        &tools,
-        &kubeconfig,
-        &[
-            "get",
-            "jobs",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.items[*].spec.template.spec.serviceAccountName}",
-        ],
-    )
-    .await;
-    assert!(!jobs.trim().is_empty(), "the points ran as Jobs");
-    assert!(
-        jobs.split_whitespace().all(|sa| sa != "default"),
-        "loadgen pods run under the benchmark's own account: {jobs}"
-    );
-    // The pods the operator creates are locked down like the chart's own.
-    let listed = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("jobs");
-    for job in &listed.items {
-        let job = serde_json::to_value(job).expect("a Job serializes");
-        let pod = pod_spec(&job).expect("a pod template");
-        let problems = lock_down_problems(&format!("Job {}", job["metadata"]["name"]), pod);
-        assert!(problems.is_empty(), "{problems:#?}");
-    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
 
     // Take `create` on Jobs away from the chart's ClusterRole: the next benchmark stops
     // with Forbidden, so the operator had no permission but the chart's.
@@ -692,9 +745,17 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
         .replace(RELEASE, &PostParams::default(), &role)
         .await
         .expect("the ClusterRole is replaced");
-    let mut second = cb.clone();
-    second.metadata.name = Some(format!("{name}-again"));
-    second.metadata.namespace = Some("default".into());
+    // The same spec under another name (not the object read back: no uid, version or
+    // status on a create).
+    let second = CapacityBenchmark {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{name}-again")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: cb.spec.clone(),
+        status: None,
+    };
     benchmarks
         .create(&PostParams::default(), &second)
         .await
@@ -731,8 +792,8 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     // `helm uninstall` removes the operator and its release; the CRD stays (Helm never
     // deletes what crds/ installed), and so do the benchmarks.
     let removed = helm_on(
-        &tools,
-        &kubeconfig,
+        tools,
+        kubeconfig,
         &["uninstall", RELEASE, "--namespace", NAMESPACE],
     )
     .await;
@@ -757,6 +818,50 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
             .expect("benchmarks")
             .is_some()
     );
+}
+
+/// Namespaced mode: Roles in the watched namespace only, nothing cluster-wide, and the
+/// operator still does its whole job there (Events, the Lease, loadgen Roles).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_in_namespaced_mode_runs_the_minimal_example_with_roles_only() {
+    // The watched namespace exists before the install (the chart's Role goes there).
+    let Some(installed) = install(&["--set", "watchNamespaces={bench}"], &["bench"]).await else {
+        return;
+    };
+    let roles: Api<ClusterRole> = Api::all(installed.client.clone());
+    assert!(
+        roles
+            .get_opt(RELEASE)
+            .await
+            .expect("cluster roles")
+            .is_none(),
+        "no cluster-wide grant in namespaced mode"
+    );
+    let account = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}");
+    for (namespace, allowed) in [("bench", "yes"), ("default", "no")] {
+        let out = kubectl(
+            &installed.tools,
+            &installed.kubeconfig,
+            &[
+                "auth",
+                "can-i",
+                "create",
+                "jobs.batch",
+                "-n",
+                namespace,
+                "--as",
+                &account,
+            ],
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            allowed,
+            "{namespace}"
+        );
+    }
+    let cb = run_minimal(&installed, "bench").await;
+    assert!(cb.status.and_then(|s| s.capacity_rps).is_some());
 }
 
 /// The image the chart runs: every stage's base pinned by a tag other than `latest`, the
