@@ -110,6 +110,56 @@ impl LoadedBenchmark {
     }
 }
 
+/// Paths of the findings that only a cluster resolves: a Service target and a manifest in
+/// a ConfigMap. `goodput bench` cannot run them; the operator can (`goodput lint
+/// --cluster` accepts them).
+const CLUSTER_RESOLVED: [&str; 2] = ["spec.target.service", "spec.workload.manifestConfigMap"];
+
+/// Whether a finding is only that the operator, not this machine, resolves a reference.
+pub fn resolved_in_cluster(finding: &Finding) -> bool {
+    CLUSTER_RESOLVED.contains(&finding.path.as_str())
+        && finding
+            .message
+            .contains("is resolved by the operator in a cluster")
+}
+
+/// The documents of a multi-document YAML file (split at `---` lines), each padded with
+/// the blank lines before it so that line numbers in messages are the file's. Documents
+/// that hold only comments or blanks are left out.
+pub fn yaml_documents(text: &str) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            docs.push((start, std::mem::take(&mut current)));
+            start = i + 1;
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    docs.push((start, current));
+    docs.into_iter()
+        .filter(|(_, d)| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+        .map(|(start, d)| "\n".repeat(start) + &d)
+        .collect()
+}
+
+/// Whether a YAML document is a CapacityBenchmark (by its `kind`).
+pub fn is_benchmark_document(doc: &str) -> bool {
+    serde_saphyr::from_str::<serde_json::Value>(doc).is_ok_and(|v| v["kind"] == "CapacityBenchmark")
+}
+
+/// A YAML document's `metadata.name`, if it has one.
+pub fn document_name(doc: &str) -> Option<String> {
+    let v = serde_saphyr::from_str::<serde_json::Value>(doc).ok()?;
+    v["metadata"]["name"].as_str().map(str::to_owned)
+}
+
 /// Reads and parses a benchmark file, resolving its manifest (see [`parse_benchmark`]).
 pub fn load_benchmark(path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
     let yaml = std::fs::read_to_string(path).map_err(|source| BenchmarkError::Io {
@@ -1007,6 +1057,27 @@ mod tests {
             loaded.benchmark.spec.target.printable(),
             "http://vllm.llm.svc:8000"
         );
+    }
+
+    #[test]
+    fn documents_keep_the_files_line_numbers() {
+        let text = "# a Service first\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n# only a comment\n---\n"
+            .to_owned()
+            + VALID;
+        let docs = yaml_documents(&text);
+        assert_eq!(docs.len(), 2, "the comment-only document is left out");
+        assert!(!is_benchmark_document(&docs[0]));
+        assert!(is_benchmark_document(&docs[1]));
+        assert_eq!(document_name(&docs[0]).as_deref(), Some("s"));
+        // The benchmark starts on the file's line 8, and its lines keep their numbers.
+        assert_eq!(docs[1].lines().position(|l| !l.is_empty()), Some(7));
+        let broken = text.replacen(
+            "kind: CapacityBenchmark",
+            "kind: CapacityBenchmark\nbogus: 1",
+            1,
+        );
+        let err = parse(&yaml_documents(&broken)[1]).unwrap_err().message();
+        assert!(err.contains("line 11"), "{err}"); // the file's line of `bogus`
     }
 
     #[test]
