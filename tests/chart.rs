@@ -424,26 +424,24 @@ fn the_chart_lints_renders_and_locks_every_container_down() {
     }
 }
 
-/// `kubectl` on the test cluster, without blocking the runtime that serves it.
-async fn kubectl(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(tools.join("kubectl"))
+/// `tool` (`kubectl` or `helm`) on the test cluster, without blocking the runtime that
+/// serves it.
+async fn on_cluster(tools: &Path, tool: &str, kubeconfig: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(tools.join(tool))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
         .output()
         .await
-        .expect("kubectl runs")
+        .unwrap_or_else(|e| panic!("{tool} runs: {e}"))
 }
 
-/// `helm` against the test cluster, without blocking the runtime that serves it.
+async fn kubectl(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+    on_cluster(tools, "kubectl", kubeconfig, args).await
+}
+
 async fn helm_on(tools: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(tools.join("helm"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .await
-        .expect("helm runs")
+    on_cluster(tools, "helm", kubeconfig, args).await
 }
 
 async fn kubectl_ok(tools: &Path, kubeconfig: &Path, args: &[&str]) -> String {
