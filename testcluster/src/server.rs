@@ -264,6 +264,21 @@ fn authorize(state: &ApiState, user: &Identity, attrs: rbac::Attributes) -> Resu
     }
 }
 
+/// What RBAC is asked for `verb` on the request's target (its resource, subresource,
+/// namespace and name).
+fn target_attributes(req: &Req, t: &Target, verb: &str) -> rbac::Attributes {
+    rbac::Attributes {
+        user: user_info(&req.user),
+        verb: verb.into(),
+        api_group: t.rt.group.clone(),
+        resource: t.rt.plural.clone(),
+        subresource: t.sub.clone(),
+        namespace: t.ns.clone(),
+        name: t.name.clone(),
+        path: None,
+    }
+}
+
 fn user_info(user: &Identity) -> rbac::UserInfo {
     rbac::UserInfo {
         name: user.name.clone(),
@@ -581,20 +596,7 @@ async fn resource_request(
     if req.user.name == "system:anonymous" {
         return Err(ApiError::unauthorized());
     }
-    authorize(
-        state,
-        &req.user,
-        rbac::Attributes {
-            user: user_info(&req.user),
-            verb: verb.into(),
-            api_group: t.rt.group.clone(),
-            resource: t.rt.plural.clone(),
-            subresource: t.sub.clone(),
-            namespace: t.ns.clone(),
-            name: t.name.clone(),
-            path: None,
-        },
-    )?;
+    authorize(state, &req.user, target_attributes(req, &t, verb))?;
     let fault_resource = match &t.sub {
         Some(s) => format!("{}/{s}", t.rt.plural),
         None => t.rt.plural.clone(),
@@ -1410,20 +1412,7 @@ fn write(state: &Arc<ApiState>, req: &Req, t: &Target, verb: &str) -> Result<Res
         if patch_type(req)? == PatchType::Apply {
             // A create through apply needs `create` on this name as well as `patch` (the
             // API server's patch handler authorizes its createAuthorizerAttributes).
-            authorize(
-                state,
-                &req.user,
-                rbac::Attributes {
-                    user: user_info(&req.user),
-                    verb: "create".into(),
-                    api_group: t.rt.group.clone(),
-                    resource: t.rt.plural.clone(),
-                    subresource: None,
-                    namespace: t.ns.clone(),
-                    name: Some(name.clone()),
-                    path: None,
-                },
-            )?;
+            authorize(state, &req.user, target_attributes(req, t, "create"))?;
             check_apply_body(t, &body)?;
             let lists = lists_for(&t.rt);
             let api_version = t.rt.api_version();
