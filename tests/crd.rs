@@ -4,14 +4,12 @@
 //! `/status`, and `kubectl get cb` reads as the story of the run.
 
 use std::path::Path;
-use std::time::Duration;
 
 use goodput::api::conditions::{self, Status, reason};
 use goodput::api::{
     CacheModeName, CapacityBenchmark, CapacityBenchmarkStatus, CurrentPoint, FinishedPoint,
     ModeCapacity, Phase, PointKind, ResolvedIdentity, ServiceTarget,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -19,7 +17,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use testcluster::cluster::{Cluster, ClusterConfig};
 
-const CRD_NAME: &str = "capacitybenchmarks.goodput.dev";
+#[path = "support/crd.rs"]
+mod crd;
+use crd::install_crd;
 
 /// A cluster with the committed CRD (`goodput crds`) installed and established, and an
 /// admin client for it.
@@ -32,21 +32,7 @@ async fn cluster_with_crd() -> (Cluster, kube::Client) {
         .await
         .expect("kubeconfig loads");
     let client = kube::Client::try_from(config).expect("client builds");
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(&goodput::api::crds_yaml()).expect("the CRD YAML parses");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("the API server accepts the CRD");
-    let established = kube::runtime::wait::await_condition(
-        crds,
-        CRD_NAME,
-        kube::runtime::conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(30), established)
-        .await
-        .expect("the CRD is established in time")
-        .expect("watching the CRD");
+    install_crd(&client, &goodput::api::crds_yaml()).await;
     (cluster, client)
 }
 

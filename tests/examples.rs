@@ -8,14 +8,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use goodput::api::CapacityBenchmark;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
@@ -32,7 +30,8 @@ const NOT_BENCHMARKS: &[&str] = &[
 ];
 
 const CRD_FILE: &str = "crds/capacitybenchmark.yaml";
-const CRD_NAME: &str = "capacitybenchmarks.goodput.dev";
+#[path = "support/crd.rs"]
+mod crd;
 const BENCHMARK_KIND: &str = "CapacityBenchmark";
 
 fn repo() -> &'static Path {
@@ -322,20 +321,7 @@ async fn client(cluster: &Cluster) -> kube::Client {
 /// it is established.
 async fn install_crd(client: &kube::Client) {
     let yaml = std::fs::read_to_string(repo().join(CRD_FILE)).expect("the CRD file reads");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("the CRD parses");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("the API server accepts the CRD");
-    let established = kube::runtime::wait::await_condition(
-        crds,
-        CRD_NAME,
-        kube::runtime::conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(30), established)
-        .await
-        .expect("the CRD is established in time")
-        .expect("watching the CRD");
+    crd::install_crd(client, &yaml).await;
 }
 
 /// A namespace name for an example: `example-` and the file's stem, as a DNS label.
