@@ -63,8 +63,9 @@ enum Command {
     /// Check CapacityBenchmark files before any traffic: one line per error or warning,
     /// with the field path; exit status 1 if any file has an error.
     Lint(LintArgs),
-    /// Print the CustomResourceDefinition YAML of CapacityBenchmark (`| kubectl apply -f -`).
-    Crds,
+    /// Print the CustomResourceDefinitions (CapacityBenchmark, ServingPlan) as one YAML
+    /// stream (`| kubectl apply -f -`), write them as files, or check committed files.
+    Crds(CrdsArgs),
     /// Reconcile CapacityBenchmarks in a cluster: each test point a Job of `goodput
     /// loadgen` pods, every finished point kept in status.
     Operator(cli::operator::OperatorArgs),
@@ -185,7 +186,7 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => loadgen(*args),
         Command::Bench(args) => bench(args),
         Command::Lint(args) => lint(args),
-        Command::Crds => crds(),
+        Command::Crds(args) => crds(args),
         Command::Operator(args) => cli::operator::run(args),
     };
     match result {
@@ -1449,8 +1450,50 @@ fn lint(args: LintArgs) -> Result<ExitCode> {
     })
 }
 
-fn crds() -> Result<ExitCode> {
-    write!(std::io::stdout().lock(), "{}", goodput::api::crds_yaml())?;
+#[derive(clap::Args)]
+struct CrdsArgs {
+    /// Write each CRD to its file in this folder (`capacitybenchmark.yaml`,
+    /// `servingplan.yaml`) instead of printing them.
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    write: Option<PathBuf>,
+    /// Compare the files in this folder with the generated CRDs; exit status 1, naming
+    /// each file that differs, if any does (the CRD drift check).
+    #[arg(long, value_name = "DIR")]
+    check: Option<PathBuf>,
+}
+
+fn crds(args: CrdsArgs) -> Result<ExitCode> {
+    let files = goodput::api::crd_files();
+    if let Some(dir) = args.write {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, yaml) in &files {
+            let path = dir.join(name);
+            std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(dir) = args.check {
+        let mut drifted = false;
+        for (name, yaml) in &files {
+            let path = dir.join(name);
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            if &committed != yaml {
+                eprintln!(
+                    "{}: differs from the generated CRD: run `goodput crds --write {}`",
+                    path.display(),
+                    dir.display()
+                );
+                drifted = true;
+            }
+        }
+        return Ok(if drifted {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let stream: Vec<&str> = files.iter().map(|(_, yaml)| yaml.as_str()).collect();
+    write!(std::io::stdout().lock(), "{}", stream.join("---\n"))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,15 +1,16 @@
 //! The Helm chart (`charts/goodput`) with the real `helm` and `kubectl`: it lints, renders
 //! with the default and the `ci/*-values.yaml` values, runs every container it renders as a
-//! locked-down non-root user, ships the generated CRD, refuses bad values; and applied to the
-//! test cluster, which enforces RBAC for every ServiceAccount, its operator Deployment comes
-//! up, one replica leads, and the operator runs the minimal example to `Ready=True` with the
-//! chart's permissions and no others (taking one verb away stops it with `Forbidden`).
+//! locked-down non-root user, ships the generated CRDs, refuses bad values; and applied to
+//! the test cluster, which enforces RBAC for every ServiceAccount, its operator Deployment
+//! comes up, one replica leads, and the operator runs the minimal example to `Ready=True`
+//! and a ServingPlan to `Applied` with the chart's permissions and no others (taking one
+//! verb away stops it with `Forbidden`).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use goodput::api::CapacityBenchmark;
+use goodput::api::{CapacityBenchmark, ServingPlan};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -99,6 +100,18 @@ fn render(tools: &Path, args: &[&str]) -> Vec<Value> {
 
 fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+/// Whether a rendered (Cluster)Role's rules allow `verb` on `resource` of `group`.
+fn grants(role: &Value, group: &str, resource: &str, verb: &str) -> bool {
+    let has = |rule: &Value, key: &str, v: &str| {
+        rule[key]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x == v))
+    };
+    role["rules"].as_array().expect("rules").iter().any(|r| {
+        has(r, "apiGroups", group) && has(r, "resources", resource) && has(r, "verbs", verb)
+    })
 }
 
 /// The pod spec of a workload object, if it is one.
@@ -282,18 +295,20 @@ fn check_rendered(label: &str, objects: &[Value], image: &str) {
             );
         }
     }
-    // The chart's CRD is the generated one.
-    let generated: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(Path::new(ROOT).join("crds/capacitybenchmark.yaml"))
-            .expect("the generated CRD"),
-    )
-    .expect("the CRD parses");
+    // The chart's CRDs are the generated ones.
     let crds = of_kind(objects, "CustomResourceDefinition");
-    assert_eq!(crds.len(), 1, "{label}");
-    assert!(
-        *crds[0] == generated,
-        "{label}: the chart's CRD is not crds/'s"
-    );
+    assert_eq!(crds.len(), 2, "{label}");
+    for file in ["capacitybenchmark.yaml", "servingplan.yaml"] {
+        let generated: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(Path::new(ROOT).join("crds").join(file))
+                .expect("the generated CRD"),
+        )
+        .expect("the CRD parses");
+        assert!(
+            crds.iter().any(|crd| **crd == generated),
+            "{label}: the chart's CRDs do not include crds/{file}"
+        );
+    }
 }
 
 #[test]
@@ -318,6 +333,30 @@ fn the_chart_lints_renders_and_locks_every_container_down() {
     check_rendered("default", &objects, &format!("goodput:{version}"));
     assert_eq!(of_kind(&objects, "ClusterRole").len(), 1);
     assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
+    // ServingPlans: each of `planTargets` read, its /scale read and written, no more.
+    let role = of_kind(&objects, "ClusterRole")[0];
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("argoproj.io", "rollouts"),
+    ] {
+        assert!(grants(role, group, resource, "get"), "{resource}");
+        assert!(grants(role, group, &format!("{resource}/scale"), "patch"));
+        assert!(!grants(role, group, resource, "update"), "{resource}");
+    }
+    assert!(grants(role, "goodput.dev", "servingplans/status", "update"));
+    assert!(grants(role, "goodput.dev", "capacitybenchmarks", "create"));
+    let objects_rc = render(
+        &tools,
+        &[
+            "--set",
+            "planTargets[0].apiGroup=,planTargets[0].resource=replicationcontrollers",
+        ],
+    );
+    let role_rc = of_kind(&objects_rc, "ClusterRole")[0];
+    assert!(grants(role_rc, "", "replicationcontrollers/scale", "patch"));
+    assert!(!grants(role_rc, "apps", "statefulsets/scale", "get"));
     assert_eq!(of_kind(&objects, "Deployment")[0]["spec"]["replicas"], 2);
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
     assert_eq!(of_kind(&objects, "Service").len(), 1);
@@ -407,6 +446,14 @@ fn the_chart_lints_renders_and_locks_every_container_down() {
         &["--set", "unknownKey=1"],
         &["--set", "loadgen.resources.requests.cpu=lots"],
         &["--set", "loadgen.resources.request.cpu=1"],
+        &[
+            "--set",
+            "planTargets[0].apiGroup=apps,planTargets[0].resource=*",
+        ],
+        &[
+            "--set",
+            "planTargets[0].apiGroup=apps,planTargets[0].resource=deployments/scale",
+        ],
     ] {
         let mut all = vec!["template", RELEASE, chart];
         all.extend_from_slice(args);
@@ -535,6 +582,18 @@ async fn install(extra: &[&str], namespaces: &[&str]) -> Option<Installed> {
         "{}",
         text(&listed)
     );
+    // Both CRDs came from the chart's crds/.
+    kubectl_ok(
+        &tools,
+        &kubeconfig,
+        &[
+            "get",
+            "crd",
+            "capacitybenchmarks.goodput.dev",
+            "servingplans.goodput.dev",
+        ],
+    )
+    .await;
 
     // Both replicas' pods run and pass their readiness probe (/readyz); one leads.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
@@ -683,6 +742,74 @@ async fn run_minimal(installed: &Installed, namespace: &str) -> CapacityBenchmar
     done
 }
 
+/// A ServingPlan in Apply mode on a Deployment of one simulated engine in `default`, run
+/// by the installed operator with the chart's RBAC: it reads the Deployment and its
+/// `/scale`, lists HPAs (none), and writes the proposal, 2 replicas, through `/scale`.
+async fn apply_a_plan(client: &kube::Client) {
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "planned"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "planned"}},
+            "template": {
+                "metadata": {"labels": {"app": "planned"}},
+                "spec": {"containers": [{
+                    "name": "engine", "image": "goodput",
+                    "args": ["serve-sim", "--host", "$(POD_IP)", "--port", "8000"],
+                    "env": [{"name": "POD_IP",
+                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+                }]}
+            }
+        }
+    }))
+    .expect("a Deployment");
+    let targets: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    targets
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("the target Deployment");
+    let plan: ServingPlan = serde_saphyr::from_str(
+        "metadata: {name: planned, namespace: default}
+spec:
+  targetRef: {apiVersion: apps/v1, kind: Deployment, name: planned}
+  capacity: {perReplicaRps: 10, reason: the chart test}
+  peak: {rps: 15}
+  targetUtilization: 1.0
+  mode: Apply
+  revalidation: {enabled: false}
+",
+    )
+    .expect("the plan parses");
+    let plans: Api<ServingPlan> = Api::namespaced(client.clone(), "default");
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("the plan is accepted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let plan = plans.get("planned").await.expect("the plan");
+        let applied = plan.status.as_ref().is_some_and(|s| {
+            goodput::api::conditions::find(&s.conditions, "Applied")
+                .is_some_and(|c| c.status == "True")
+        });
+        let scaled = targets
+            .get_scale("planned")
+            .await
+            .expect("the target's /scale")
+            .spec
+            .and_then(|s| s.replicas);
+        if applied && scaled == Some(2) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the plan did not apply 2 replicas within 60 s (/scale: {scaled:?}): {:#?}",
+            plan.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     let Some(installed) = install(&[], &[]).await else {
@@ -696,7 +823,21 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
         ("watch", "capacitybenchmarks.goodput.dev", "", "yes"),
         ("update", "capacitybenchmarks.goodput.dev", "status", "yes"),
         ("update", "capacitybenchmarks.goodput.dev", "", "no"),
-        ("delete", "capacitybenchmarks.goodput.dev", "", "no"),
+        // A plan creates its revalidation benchmark and deletes the one it replaces.
+        ("create", "capacitybenchmarks.goodput.dev", "", "yes"),
+        ("delete", "capacitybenchmarks.goodput.dev", "", "yes"),
+        ("watch", "servingplans.goodput.dev", "", "yes"),
+        ("update", "servingplans.goodput.dev", "status", "yes"),
+        ("update", "servingplans.goodput.dev", "", "no"),
+        ("delete", "servingplans.goodput.dev", "", "no"),
+        // A plan's target: read, and its replicas written through /scale only.
+        ("get", "statefulsets.apps", "", "yes"),
+        ("patch", "statefulsets.apps", "", "no"),
+        ("patch", "deployments.apps", "scale", "yes"),
+        ("patch", "statefulsets.apps", "scale", "yes"),
+        ("update", "deployments.apps", "scale", "no"),
+        ("patch", "horizontalpodautoscalers.autoscaling", "", "yes"),
+        ("create", "horizontalpodautoscalers.autoscaling", "", "no"),
         ("get", "secrets", "", "no"),
         ("create", "pods", "", "no"),
     ] {
@@ -729,6 +870,8 @@ async fn the_installed_chart_runs_the_minimal_example_with_only_its_own_rbac() {
     let name = cb.name_any();
     let benchmarks: Api<CapacityBenchmark> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+
+    apply_a_plan(client).await;
 
     // Take `create` on Jobs away from the chart's ClusterRole: the next benchmark stops
     // with Forbidden, so the operator had no permission but the chart's.

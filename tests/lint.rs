@@ -224,15 +224,33 @@ fn several_files_give_a_line_per_finding_and_fail_if_any_fails() {
 }
 
 #[test]
-fn crds_prints_the_committed_crd() {
+fn crds_prints_the_committed_crds_and_checks_them() {
     let out = goodput(&["crds"]);
     assert!(out.status.success());
-    let committed = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/capacitybenchmark.yaml"),
-    )
-    .unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let committed = format!(
+        "{}---\n{}",
+        read("capacitybenchmark.yaml"),
+        read("servingplan.yaml")
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout) == committed,
-        "CRDs drifted: run `cargo run -- crds > crds/capacitybenchmark.yaml`"
+        "CRDs drifted: run `cargo run -- crds --write crds`"
+    );
+    let check = goodput(&["crds", "--check", dir.to_str().unwrap()]);
+    assert!(check.status.success(), "the committed CRDs pass the check");
+
+    // A drifted copy fails the check and the message names the file.
+    let tmp = tempfile::tempdir().unwrap();
+    let written = goodput(&["crds", "--write", tmp.path().to_str().unwrap()]);
+    assert!(written.status.success());
+    std::fs::write(tmp.path().join("servingplan.yaml"), "# edited by hand\n").unwrap();
+    let check = goodput(&["crds", "--check", tmp.path().to_str().unwrap()]);
+    assert!(!check.status.success());
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        err.contains("servingplan.yaml") && !err.contains("capacitybenchmark.yaml"),
+        "{err}"
     );
 }

@@ -1,7 +1,12 @@
 //! Engine metrics from a Prometheus server's HTTP API, against a fake Prometheus served by
 //! axum on a port-0 listener on 127.0.0.1: vLLM v1 names, range queries answered from the
 //! PromQL text (a waiting queue growing or flat, prefix-cache counters with a known hit
-//! rate, KV usage with a known peak), and the server's failures.
+//! rate, KV usage with a known peak), and the server's failures. Then the forecast peak of
+//! a serving plan from a request-rate query (`query_range_total` and `peak_from_rates`)
+//! against the reusable fake of `tests/support/prometheus.rs`.
+
+#[path = "support/prometheus.rs"]
+mod fake_prometheus;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,9 +18,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use goodput::analysis::{QueueTrend, queue_slope};
 use goodput::engine_metrics::prometheus_api::{
-    PrometheusError, PrometheusSource, query_range_series,
+    PrometheusError, PrometheusSource, capped_step, query_range_series, query_range_total,
 };
 use goodput::engine_metrics::{Concept, EngineKind, MetricsSeries};
+use goodput::planning::peak::{PeakError, peak_from_rates};
+
+use fake_prometheus::{Answer, FakePrometheus};
 use serde_json::{Value, json};
 
 const START: f64 = 1_700_000_000.0;
@@ -473,4 +481,241 @@ async fn unreachable_servers_and_bad_ranges() {
     .await
     .expect_err("a bad URL is an error");
     assert!(matches!(err, PrometheusError::BadUrl { .. }), "{err:?}");
+}
+
+// ---- The forecast peak: one request-rate query summed over its series. ----
+
+/// A per-pod request-rate query, as a serving plan would write it.
+const RATE_QUERY: &str = r#"rate(vllm:request_success_total{namespace="llm"}[5m])"#;
+
+const DAY_S: f64 = 86_400.0;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_series_are_summed_per_timestamp_within_the_window() {
+    // Pod 0: k at START + 10k, NaN at k = 5. Pod 1: 100 at the same times but k = 4.
+    let pod0: Vec<(f64, f64)> = (0..=10)
+        .map(|k| {
+            let v = if k == 5 { f64::NAN } else { f64::from(k) };
+            (START + 10.0 * f64::from(k), v)
+        })
+        .collect();
+    let pod1: Vec<(f64, f64)> = (0..=10)
+        .filter(|&k| k != 4)
+        .map(|k| (START + 10.0 * f64::from(k), 100.0))
+        .collect();
+    let fake = FakePrometheus::start(vec![pod0, pod1]).await;
+
+    let points = query_range_total(
+        &client(),
+        &fake.url,
+        RATE_QUERY,
+        START + 20.0,
+        START + 60.0,
+        10.0,
+    )
+    .await
+    .expect("range read");
+    // Only [START + 20, START + 60]; pod 1 alone at k = 5 (pod 0's NaN is skipped), pod 0
+    // alone at k = 4.
+    assert_eq!(
+        points,
+        vec![
+            (START + 20.0, 102.0),
+            (START + 30.0, 103.0),
+            (START + 40.0, 4.0),
+            (START + 50.0, 100.0),
+            (START + 60.0, 106.0),
+        ]
+    );
+    assert_eq!(fake.queries(), vec![RATE_QUERY.to_string()]);
+    assert_eq!(fake.ranges(), vec![(START + 20.0, START + 60.0, 10.0)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fourteen_day_lookback_at_five_seconds_raises_the_step() {
+    let fake = FakePrometheus::start(vec![vec![(START + 1.0, 7.0)]]).await;
+    let end = START + 14.0 * DAY_S;
+    let points = query_range_total(&client(), &fake.url, RATE_QUERY, START, end, 5.0)
+        .await
+        .expect("range read");
+    assert_eq!(points, vec![(START + 1.0, 7.0)]);
+    // 1,209,600 s / 5 s = 241,920 points > 11,000: the step becomes the next millisecond
+    // above 1,209,600 / 11,000 = 109.9636..., so 109.964 s (11,000 points at most).
+    let ranges = fake.ranges();
+    assert_eq!(ranges.len(), 1);
+    assert_eq!(ranges[0], (START, end, 109.964));
+    assert_eq!(capped_step(START, end, 5.0), 109.964);
+    assert!(14.0 * DAY_S / ranges[0].2 <= 11_000.0);
+
+    // A lookback within the bound keeps its step: 14 days at 5 minutes is 4,032 points.
+    query_range_total(&client(), &fake.url, RATE_QUERY, START, end, 300.0)
+        .await
+        .expect("range read");
+    assert_eq!(fake.ranges()[1].2, 300.0);
+}
+
+/// The fleet's rate in 5-minute slot `slot` (0..288) of every day: 10 RPS for the first 8
+/// hours, 20 RPS for the rest except 30 RPS in the peak hour (slots 216..228) and two
+/// 5-minute spikes of 50 RPS (slots 100 and 200).
+fn fleet_rate(slot: usize) -> f64 {
+    match slot {
+        100 | 200 => 50.0,
+        216..228 => 30.0,
+        0..96 => 10.0,
+        _ => 20.0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fourteen_days_of_rates_give_the_hand_computed_p99_peak() {
+    // 14 days of 5-minute samples, k = 1..=4032 at START + 300 k, the fleet's rate split
+    // evenly over two pods. One more sample per pod lies before the window (a 1,000 RPS
+    // burst the query must not see).
+    let samples = 14 * 288;
+    let mut pods = vec![vec![(START - 300.0, 500.0)], vec![(START - 300.0, 500.0)]];
+    for k in 1..=samples {
+        let half = fleet_rate((k - 1) % 288) / 2.0;
+        for pod in &mut pods {
+            pod.push((START + 300.0 * k as f64, half));
+        }
+    }
+    let fake = FakePrometheus::start(pods).await;
+
+    let end = START + 14.0 * DAY_S;
+    let points = query_range_total(&client(), &fake.url, RATE_QUERY, START, end, 300.0)
+        .await
+        .expect("range read");
+    assert_eq!(points.len(), samples);
+    let rates: Vec<f64> = points.iter().map(|p| p.1).collect();
+
+    // Per day: 96 × 10, 178 × 20, 12 × 30, 2 × 50 RPS; over 14 days, sorted: 10 at ranks
+    // 1..=1344, 20 at 1345..=3836, 30 at 3837..=4004, 50 at 4005..=4032. P99 is rank
+    // ceil(0.99 × 4032) = ceil(3991.68) = 3992: 30 RPS; × 1.2 = 36 RPS.
+    let peak = peak_from_rates(&rates, 0.99, 1.2).expect("a peak");
+    assert_eq!(peak.samples, 4032);
+    assert_eq!(peak.quantile_rps, 30.0);
+    assert!((peak.peak_rps - 36.0).abs() < 1e-9, "{}", peak.peak_rps);
+    assert_eq!(
+        peak.describe(),
+        "P99 of 4032 samples = 30 RPS × growth 1.2 = 36 RPS"
+    );
+    // The spikes are the maximum, not the P99.
+    let max = peak_from_rates(&rates, 1.0, 1.0).expect("a peak");
+    assert_eq!(max.quantile_rps, 50.0);
+}
+
+#[tokio::test]
+async fn an_empty_matrix_gives_no_samples() {
+    let fake = FakePrometheus::start(vec![vec![(START, 5.0)]]).await;
+    fake.set(Answer::Empty);
+    let points = query_range_total(
+        &client(),
+        &fake.url,
+        RATE_QUERY,
+        START,
+        START + DAY_S,
+        300.0,
+    )
+    .await
+    .expect("an empty matrix is an answer");
+    assert!(points.is_empty(), "{points:?}");
+    assert_eq!(
+        peak_from_rates(&points.iter().map(|p| p.1).collect::<Vec<_>>(), 0.99, 1.2),
+        Err(PeakError::NoSamples)
+    );
+
+    // Series that have no point in the window are the same.
+    fake.set(Answer::Series(vec![vec![(START - 600.0, 5.0)]]));
+    let points = query_range_total(
+        &client(),
+        &fake.url,
+        RATE_QUERY,
+        START,
+        START + DAY_S,
+        300.0,
+    )
+    .await
+    .expect("no series is an answer");
+    assert!(points.is_empty(), "{points:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_503_on_a_rate_query_names_the_query_but_not_the_credentials() {
+    let fake = FakePrometheus::start(Vec::new()).await;
+    fake.set(Answer::Error(503));
+    // Basic-auth credentials in the base URL must not reach the message.
+    let with_credentials = fake.url.replace("http://", "http://alice:s3cret@");
+    let err = query_range_total(
+        &client(),
+        &with_credentials,
+        RATE_QUERY,
+        START,
+        START + DAY_S,
+        300.0,
+    )
+    .await
+    .expect_err("a 503 is an error");
+    assert!(
+        matches!(err, PrometheusError::Status { status: 503, .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("(query `{RATE_QUERY}`)")), "{msg}");
+    assert!(
+        msg.contains(&format!("{}/api/v1/query_range", fake.url)),
+        "{msg}"
+    );
+    assert!(msg.contains("HTTP 503: unavailable"), "{msg}");
+    assert!(!msg.contains("s3cret") && !msg.contains("alice"), "{msg}");
+    assert_eq!(fake.queries(), vec![RATE_QUERY.to_string()]);
+}
+
+#[tokio::test]
+async fn unreachable_servers_bad_ranges_and_hangs_on_a_rate_query() {
+    // A closed port: reqwest's own message quotes the URL; no credentials in it either.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("address").port()
+    };
+    let err = query_range_total(
+        &client(),
+        &format!("http://alice:s3cret@127.0.0.1:{port}"),
+        RATE_QUERY,
+        START,
+        START + 60.0,
+        1.0,
+    )
+    .await
+    .expect_err("a closed port is an error");
+    assert!(matches!(err, PrometheusError::Request { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("http://127.0.0.1:{port}/api/v1/query_range")),
+        "{msg}"
+    );
+    assert!(msg.contains(RATE_QUERY), "{msg}");
+    assert!(!msg.contains("s3cret") && !msg.contains("alice"), "{msg}");
+
+    let fake = FakePrometheus::start(vec![vec![(START, 1.0)]]).await;
+    for (start, end, step) in [
+        (START + 60.0, START, 1.0),
+        (START, START + 60.0, 0.0),
+        (f64::NAN, START, 1.0),
+    ] {
+        let err = query_range_total(&client(), &fake.url, RATE_QUERY, start, end, step)
+            .await
+            .expect_err("a bad range is an error");
+        assert!(matches!(err, PrometheusError::BadRange { .. }), "{err:?}");
+    }
+    assert!(fake.queries().is_empty(), "bad ranges are not sent");
+
+    // A server that never answers: the caller's deadline ends the call.
+    fake.set(Answer::Hang);
+    let waited = tokio::time::timeout(
+        Duration::from_millis(300),
+        query_range_total(&client(), &fake.url, RATE_QUERY, START, START + 60.0, 1.0),
+    )
+    .await;
+    assert!(waited.is_err(), "{waited:?}");
+    assert_eq!(fake.queries().len(), 1);
 }

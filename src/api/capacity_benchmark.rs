@@ -224,6 +224,12 @@ pub struct Target {
     /// (`gpus / replicas`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_replica: Option<u32>,
+    /// A `url` or `service` target that runs its model this many times faster than real
+    /// time (the simulated engine served by `goodput serve-sim --time-scale K`): inside the
+    /// run every duration is divided by K and every rate multiplied by K, and reports
+    /// convert back, as with `simulated.timeScale`. Default: 1 (a real engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
     /// The built-in simulated engine. `goodput bench` runs it in-process; in a cluster the
     /// operator deploys it (a Deployment and a Service owned by the benchmark) and
     /// benchmarks that. Also the target when none of url, service and simulated is given.

@@ -54,6 +54,58 @@ pub mod reason {
     pub const NO_PASSING_RATE: &str = "NoPassingRate";
 }
 
+/// The condition types and reasons of a `ServingPlan` (`Ready` is shared).
+pub mod plan {
+    /// `True` when the evidence matches what the workload runs and is fresh.
+    pub const EVIDENCE_VALID: &str = "EvidenceValid";
+    /// Apply mode: `True` once the workload (or its autoscaler) holds the proposal.
+    pub const APPLIED: &str = "Applied";
+    /// `True` when the workload's current topology passed at the peak.
+    pub const VERIFIED: &str = "Verified";
+
+    /// The one-word `reason` of a plan's condition.
+    pub mod reason {
+        /// A proposal stands on valid evidence.
+        pub const PROPOSED: &str = "Proposed";
+        /// The evidence is used.
+        pub const MATCHED: &str = "Matched";
+        /// The evidence does not match the workload, is stale, or has no passing point.
+        pub const EVIDENCE_REFUSED: &str = "EvidenceRefused";
+        /// The referenced CapacityBenchmark does not exist.
+        pub const BENCHMARK_NOT_FOUND: &str = "BenchmarkNotFound";
+        /// The workload, its kind or its API version does not exist.
+        pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+        /// The workload's kind has no `/scale` subresource.
+        pub const NO_SCALE_SUBRESOURCE: &str = "NoScaleSubresource";
+        /// The Prometheus peak query failed or timed out.
+        pub const PEAK_QUERY_FAILED: &str = "PeakQueryFailed";
+        /// The Prometheus peak query returned no samples.
+        pub const PEAK_EMPTY: &str = "PeakEmpty";
+        /// The spec cannot be planned (a zero peak, a bad source).
+        pub const INVALID_SPEC: &str = "InvalidSpec";
+        /// The workload holds the proposal.
+        pub const APPLIED: &str = "Applied";
+        /// Propose mode: nothing is written.
+        pub const PROPOSE_ONLY: &str = "ProposeOnly";
+        /// An autoscaler's maximum is below the proposal; nothing was written.
+        pub const AUTOSCALER_MAX_CONFLICT: &str = "AutoscalerMaxConflict";
+        /// Writing the replicas failed; retried with backoff.
+        pub const SCALE_FAILED: &str = "ScaleFailed";
+        /// The new topology is being benchmarked.
+        pub const REVALIDATING: &str = "Revalidating";
+        /// The peak passed on the new topology.
+        pub const VERIFIED: &str = "Verified";
+        /// The peak failed on the new topology.
+        pub const SHORTFALL: &str = "Shortfall";
+        /// The revalidation benchmark ended without a result.
+        pub const REVALIDATION_FAILED: &str = "RevalidationFailed";
+        /// No revalidation has run (disabled, not needed yet, or nothing to benchmark).
+        pub const NOT_REVALIDATED: &str = "NotRevalidated";
+        /// Waiting for every replica of the new topology to be ready.
+        pub const WAITING_FOR_REPLICAS: &str = "WaitingForReplicas";
+    }
+}
+
 /// The `status` of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

@@ -202,6 +202,20 @@ impl Lint {
         if t.gpus_per_replica == Some(0) {
             self.error("spec.target.gpusPerReplica", "must be at least 1");
         }
+        if let Some(k) = t.time_scale {
+            if !positive(k) {
+                self.error(
+                    "spec.target.timeScale",
+                    format!("{k} must be a positive, finite speed-up"),
+                );
+            } else if t.is_simulated() {
+                self.warning(
+                    "spec.target.timeScale",
+                    "applies to a url or service target only; the simulated engine's is \
+                     simulated.timeScale",
+                );
+            }
+        }
         if t.is_simulated()
             && let Some(sim) = &t.simulated
         {

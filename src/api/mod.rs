@@ -5,10 +5,12 @@ mod capacity_benchmark;
 pub mod conditions;
 pub mod lint;
 mod load;
+mod serving_plan;
 mod status;
 
 pub use capacity_benchmark::*;
 pub use load::*;
+pub use serving_plan::*;
 pub use status::*;
 
 /// API group of every goodput custom resource.

@@ -558,7 +558,7 @@ async fn start_target(
                 engine_concepts_missing: Vec::new(),
             },
             metrics_targets: spec.target.metrics_urls.clone(),
-            time_scale: 1.0,
+            time_scale: spec.target.time_scale.unwrap_or(1.0),
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();

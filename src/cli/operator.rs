@@ -48,6 +48,10 @@ pub struct OperatorArgs {
     /// makes the point invalid, so raise it on a slow cluster.
     #[arg(long, default_value_t = 30.0)]
     shard_start_lead_s: f64,
+    /// Seconds between looks at a ServingPlan's workload and peak when nothing it watches
+    /// changed (the workload's replicas or annotations changed by hand, an HPA's minimum).
+    #[arg(long, env = "GOODPUT_PLAN_RESYNC_S", default_value_t = 30.0)]
+    plan_resync_s: f64,
     /// The Lease that elects the one replica that writes.
     #[arg(long, default_value = "goodput-operator")]
     lease_name: String,
@@ -92,6 +96,7 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
             shard_start_lead: std::time::Duration::from_secs_f64(
                 args.shard_start_lead_s.clamp(0.0, 3600.0),
             ),
+            plan_resync: std::time::Duration::from_secs_f64(args.plan_resync_s.clamp(0.1, 3600.0)),
         };
         let signal = tokio::spawn(async move {
             crate::shutdown_signal().await;

@@ -305,44 +305,19 @@ impl Run<'_> {
     async fn validate(&mut self) -> Result<WorkloadManifest, Blocked> {
         let spec = &self.cb.spec;
         let source = &spec.workload;
-        let manifest = match (&source.manifest, &source.manifest_config_map) {
-            (Some(m), _) => (**m).clone(),
-            (None, Some(key)) => {
-                let maps: Api<ConfigMap> = self.api();
-                let text = maps
-                    .get_opt(&key.name)
-                    .await
-                    .map_err(api_blocked)?
-                    .and_then(|cm| cm.data.and_then(|mut d| d.remove(&key.key)));
-                let Some(text) = text else {
-                    return Err(Blocked {
-                        condition: conditions::SPEC_VALID,
-                        reason: reasons::MANIFEST_NOT_FOUND,
-                        message: format!(
-                            "ConfigMap {}/{} has no key `{}`",
-                            self.namespace(),
-                            key.name,
-                            key.key
-                        ),
-                        phase: Phase::Pending,
-                        retry: Retry::Backoff,
-                    });
-                };
-                serde_saphyr::from_str(&text).map_err(|e| {
-                    invalid(format!(
-                        "spec.workload.manifestConfigMap {}/{}: {e}",
-                        key.name, key.key
-                    ))
-                })?
-            }
-            (None, None) => {
-                return Err(invalid(
-                    "spec.workload: in a cluster the manifest is inline (`manifest`) or in a \
-                     ConfigMap (`manifestConfigMap`); `manifestFile` is for local runs"
-                        .into(),
-                ));
-            }
-        };
+        let manifest = workload_manifest(&self.ctx.client, self.namespace(), source)
+            .await
+            .map_err(|e| match e {
+                ManifestError::Api(e) => api_blocked(e),
+                ManifestError::Missing(message) => Blocked {
+                    condition: conditions::SPEC_VALID,
+                    reason: reasons::MANIFEST_NOT_FOUND,
+                    message,
+                    phase: Phase::Pending,
+                    retry: Retry::Backoff,
+                },
+                ManifestError::Invalid(message) => invalid(message),
+            })?;
         let (manifest, findings) = crate::api::check_benchmark(spec, manifest);
         let errors: Vec<String> = findings
             .iter()
@@ -377,7 +352,7 @@ impl Run<'_> {
                     .replicas
                     .unwrap_or(manifest.engine.placement.replicas)
                     .max(1),
-                time_scale: 1.0,
+                time_scale: spec.target.time_scale.unwrap_or(1.0),
                 model: driver::target_model(spec, manifest),
             })
         } else if let Some(svc) = &spec.target.service {
@@ -1080,6 +1055,53 @@ impl Run<'_> {
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(Error::Status(e)),
         }
+    }
+}
+
+/// Why a workload source gave no manifest.
+pub(crate) enum ManifestError {
+    /// Reading the ConfigMap failed.
+    Api(kube::Error),
+    /// The ConfigMap or its key is missing.
+    Missing(String),
+    /// The source is not usable in a cluster, or its text is not a manifest.
+    Invalid(String),
+}
+
+/// The workload manifest of `source` in a cluster: inline, or a ConfigMap key in
+/// `namespace` (a `manifestFile` is for local runs only).
+pub(crate) async fn workload_manifest(
+    client: &kube::Client,
+    namespace: &str,
+    source: &crate::api::WorkloadSource,
+) -> Result<WorkloadManifest, ManifestError> {
+    match (&source.manifest, &source.manifest_config_map) {
+        (Some(m), _) => Ok((**m).clone()),
+        (None, Some(key)) => {
+            let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            let text = maps
+                .get_opt(&key.name)
+                .await
+                .map_err(ManifestError::Api)?
+                .and_then(|cm| cm.data.and_then(|mut d| d.remove(&key.key)));
+            let Some(text) = text else {
+                return Err(ManifestError::Missing(format!(
+                    "ConfigMap {namespace}/{} has no key `{}`",
+                    key.name, key.key
+                )));
+            };
+            serde_saphyr::from_str(&text).map_err(|e| {
+                ManifestError::Invalid(format!(
+                    "spec.workload.manifestConfigMap {}/{}: {e}",
+                    key.name, key.key
+                ))
+            })
+        }
+        (None, None) => Err(ManifestError::Invalid(
+            "spec.workload: in a cluster the manifest is inline (`manifest`) or in a \
+             ConfigMap (`manifestConfigMap`); `manifestFile` is for local runs"
+                .into(),
+        )),
     }
 }
 

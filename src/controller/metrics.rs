@@ -33,6 +33,8 @@ struct Inner {
     duration: Histogram,
     capacity: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     leader: Gauge,
+    plan_events: Family<Vec<(String, String)>, Counter>,
+    proposed: Family<Vec<(String, String)>, Gauge>,
     ready: AtomicBool,
 }
 
@@ -44,6 +46,18 @@ impl Default for Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let capacity = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
         let leader = Gauge::default();
+        let plan_events = Family::<Vec<(String, String)>, Counter>::default();
+        let proposed = Family::<Vec<(String, String)>, Gauge>::default();
+        registry.register(
+            "servingplan_events",
+            "Serving plan proposals, applies, verifications and refusals, by kind",
+            plan_events.clone(),
+        );
+        registry.register(
+            "servingplan_proposed_replicas",
+            "Replicas a serving plan proposes",
+            proposed.clone(),
+        );
         registry.register(
             "leader",
             "1 while this replica holds the Lease and runs the controller",
@@ -73,6 +87,8 @@ impl Default for Metrics {
                 duration,
                 capacity,
                 leader,
+                plan_events,
+                proposed,
                 ready: AtomicBool::new(false),
             }),
         }
@@ -103,6 +119,27 @@ impl Metrics {
             ];
             self.inner.capacity.get_or_create(&labels).set(c);
         }
+    }
+
+    /// Counts a serving plan event: `proposed`, `applied`, `verified`, `shortfall`,
+    /// `refused` or `apply_failed`.
+    pub fn plan_event(&self, kind: &'static str) {
+        self.inner
+            .plan_events
+            .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
+            .inc();
+    }
+
+    /// Sets a serving plan's proposed-replicas gauge.
+    pub fn observe_proposal(&self, namespace: &str, plan: &str, replicas: u32) {
+        let labels = vec![
+            ("namespace".to_owned(), namespace.to_owned()),
+            ("plan".to_owned(), plan.to_owned()),
+        ];
+        self.inner
+            .proposed
+            .get_or_create(&labels)
+            .set(i64::from(replicas));
     }
 
     /// Marks this replica the leader (it runs the controller) or a standby.

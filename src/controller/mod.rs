@@ -10,14 +10,18 @@
 //! - [`target`]: finding a Service target's address and ready pods.
 //! - [`metrics`]: the operator's Prometheus metrics and admin endpoints.
 //! - [`lease`]: leader election on a `coordination.k8s.io` Lease.
+//! - [`serving_plan`]: the `ServingPlan` controller: proposal, apply, revalidation.
+//! - [`workload`]: what a workload declares it runs (annotations, engine arguments).
 
 pub mod benchmark;
 pub mod build;
 pub mod lease;
 pub mod metrics;
 pub mod pods;
+pub mod serving_plan;
 pub mod status;
 pub mod target;
+pub mod workload;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,7 +38,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument as _, info, info_span, warn};
 
-use crate::api::{CapacityBenchmark, Phase};
+use crate::api::{CapacityBenchmark, Phase, ServingPlan};
 
 /// The field manager of every write, and the Events' reporting controller.
 pub const FIELD_MANAGER: &str = "goodput-operator";
@@ -57,6 +61,9 @@ pub struct Options {
     pub shard_start_lead: Duration,
     /// The loadgen container's requests and limits, for every point Job.
     pub loadgen_resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// How often a serving plan looks at its workload and peak when nothing it watches
+    /// changed.
+    pub plan_resync: Duration,
 }
 
 /// What every reconcile shares.
@@ -74,8 +81,8 @@ pub struct Context {
     /// Every benchmark, as the controller's reflector holds them.
     /// The watched benchmarks: one store per watched namespace (one for all namespaces).
     pub benchmarks: Vec<Store<CapacityBenchmark>>,
-    /// Consecutive failures per benchmark, for exponential backoff.
-    failures: Mutex<HashMap<ObjectRef<CapacityBenchmark>, u32>>,
+    /// Consecutive failures per object (`kind/namespace/name`), for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
     /// Reconcile counters and durations.
     pub metrics: metrics::Metrics,
 }
@@ -153,14 +160,12 @@ impl Error {
 }
 
 impl Context {
-    /// Publishes an Event about a benchmark; a failure to publish is logged, never fatal.
-    pub async fn publish(
-        &self,
-        cb: &CapacityBenchmark,
-        type_: EventType,
-        reason: &str,
-        note: &str,
-    ) {
+    /// Publishes an Event about a benchmark or a plan; a failure to publish is logged,
+    /// never fatal.
+    pub async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
         let event = Event {
             type_,
             reason: reason.to_owned(),
@@ -168,22 +173,23 @@ impl Context {
             action: "Reconcile".to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &cb.object_ref(&())).await {
-            warn!(error = %e, benchmark = %cb.name_any(), "Failed to publish an Event");
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(error = %e, object = %object.meta().name.as_deref().unwrap_or_default(),
+                "Failed to publish an Event");
         }
     }
 
-    /// The next delay of a benchmark that keeps failing: 5 s doubling to 5 min.
-    pub fn backoff(&self, cb: &CapacityBenchmark) -> Duration {
+    /// The next delay of an object that keeps failing: 5 s doubling to 5 min.
+    pub fn backoff<K: Resource<DynamicType = ()>>(&self, object: &K) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(ObjectRef::from_obj(cb)).or_insert(0);
+        let n = failures.entry(failure_key(object)).or_insert(0);
         *n = n.saturating_add(1);
         Duration::from_secs(5u64.saturating_mul(1 << (*n - 1).min(6)).min(300))
     }
 
-    fn succeeded(&self, cb: &CapacityBenchmark) {
+    fn succeeded<K: Resource<DynamicType = ()>>(&self, object: &K) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.remove(&ObjectRef::from_obj(cb));
+        failures.remove(&failure_key(object));
     }
 
     /// The benchmark that holds `target` when it is not `cb`: among the unfinished
@@ -223,6 +229,16 @@ impl Context {
     }
 }
 
+/// The backoff key of an object: `kind/namespace/name`.
+fn failure_key<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
 /// The lock key of a benchmark's target, as far as the spec tells it: `svc/<ns>/<name>`, the
 /// URL, or `simulated/<ns>/<name>` (a simulated target is the benchmark's own, never shared).
 pub(crate) fn target_key(cb: &CapacityBenchmark) -> Option<String> {
@@ -245,7 +261,7 @@ pub(crate) fn target_key(cb: &CapacityBenchmark) -> Option<String> {
 fn error_policy(cb: Arc<CapacityBenchmark>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(benchmark = %cb.name_any(), error = %error, "Failed to reconcile a CapacityBenchmark");
     ctx.metrics.failed(error.category());
-    Action::requeue(ctx.backoff(&cb))
+    Action::requeue(ctx.backoff(cb.as_ref()))
 }
 
 async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -260,7 +276,7 @@ async fn reconcile(cb: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Result<Acti
         .await;
     ctx.metrics.reconciled(started.elapsed());
     if result.is_ok() {
-        ctx.succeeded(&cb);
+        ctx.succeeded(cb.as_ref());
     }
     ctx.metrics.observe_capacity(&cb);
     result
@@ -303,23 +319,122 @@ pub async fn run(
         failures: Mutex::default(),
         metrics,
     });
-    info!(namespaces = ?scopes, "Started the CapacityBenchmark controller");
-    let runs = controllers.into_iter().map(|controller| {
+    // A cluster with only the CapacityBenchmark CRD still benchmarks; plans need theirs.
+    let plan_kind = kube::api::GroupVersionKind::gvk(crate::api::GROUP, "v1alpha1", "ServingPlan");
+    let plans_served = kube::discovery::pinned_kind(&context.client, &plan_kind)
+        .await
+        .is_ok();
+    if !plans_served {
+        warn!(
+            "The ServingPlan CRD is not served: ServingPlans are not reconciled (apply \
+             crds/servingplan.yaml and restart the operator)"
+        );
+    }
+    let plans: Vec<Controller<ServingPlan>> = scopes
+        .iter()
+        .filter(|_| plans_served)
+        .map(|ns| {
+            plan_controller_in(&context.client, ns.as_deref())
+                .graceful_shutdown_on(shutdown.clone())
+        })
+        .collect();
+    info!(namespaces = ?scopes, "Started the CapacityBenchmark and ServingPlan controllers");
+    let benchmark_runs = controllers.into_iter().map(|controller| {
         controller
             .run(reconcile, error_policy, context.clone())
-            .for_each(|result| async move {
-                match result {
-                    Ok(_) => {}
-                    // Expected after a delete: the queue still held the object.
-                    Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
-                        tracing::debug!(object = %r, "Reconciled an object that is gone")
-                    }
-                    Err(e) => warn!(error = %e, "Controller error"),
-                }
-            })
+            .for_each(|result| async move { log_result(result.map(|_| ())) })
+            .boxed()
     });
-    futures_util::future::join_all(runs).await;
-    info!("Stopped the CapacityBenchmark controller");
+    let plan_runs = plans.into_iter().map(|controller| {
+        controller
+            .run(reconcile_plan, plan_error_policy, context.clone())
+            .for_each(|result| async move { log_result(result.map(|_| ())) })
+            .boxed()
+    });
+    futures_util::future::join_all(benchmark_runs.chain(plan_runs)).await;
+    info!("Stopped the CapacityBenchmark and ServingPlan controllers");
+}
+
+/// Logs what a controller's stream yields that is not a reconcile's own result.
+fn log_result<E: std::fmt::Display>(
+    result: Result<(), kube::runtime::controller::Error<Error, E>>,
+) {
+    match result {
+        Ok(()) => {}
+        // Expected after a delete: the queue still held the object.
+        Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+            tracing::debug!(object = %r, "Reconciled an object that is gone")
+        }
+        Err(e) => warn!(error = %e, "Controller error"),
+    }
+}
+
+/// Backs off per plan and counts the failure.
+fn plan_error_policy(plan: Arc<ServingPlan>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(plan = %plan.name_any(), error = %error, "Failed to reconcile a ServingPlan");
+    ctx.metrics.failed(error.category());
+    Action::requeue(ctx.backoff(plan.as_ref()))
+}
+
+async fn reconcile_plan(plan: Arc<ServingPlan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!(
+        "reconcile",
+        plan = %plan.name_any(),
+        namespace = %plan.namespace().unwrap_or_default()
+    );
+    let started = Instant::now();
+    let result = serving_plan::reconcile(plan.clone(), ctx.clone())
+        .instrument(span)
+        .await;
+    ctx.metrics.reconciled(started.elapsed());
+    if result.is_ok() {
+        ctx.succeeded(plan.as_ref());
+    }
+    result
+}
+
+/// The ServingPlan controller of one namespace (`None`: all): its own revalidation
+/// benchmarks, and the benchmarks plans take their evidence from (a changed capacity is
+/// replanned at once).
+fn plan_controller_in(client: &Client, namespace: Option<&str>) -> Controller<ServingPlan> {
+    let plans: Api<ServingPlan> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let benchmarks: Api<CapacityBenchmark> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(plans, watcher::Config::default());
+    let store = controller.store();
+    controller.watches(
+        benchmarks,
+        watcher::Config::default(),
+        move |cb: CapacityBenchmark| {
+            let namespace = cb.namespace();
+            let name = cb.name_any();
+            let owners: Vec<ObjectRef<ServingPlan>> = cb
+                .owner_references()
+                .iter()
+                .filter(|o| o.kind == "ServingPlan")
+                .map(|o| ObjectRef::new(&o.name).within(namespace.as_deref().unwrap_or_default()))
+                .collect();
+            let referring: Vec<ObjectRef<ServingPlan>> = store
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == namespace)
+                .filter(|p| {
+                    p.spec
+                        .capacity
+                        .benchmark_ref
+                        .as_ref()
+                        .is_some_and(|r| r.name == name)
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect();
+            owners.into_iter().chain(referring)
+        },
+    )
 }
 
 /// The CapacityBenchmark controller of one namespace (`None`: all), owning the Jobs,

@@ -126,7 +126,7 @@ pub async fn service(
         metrics_targets,
         discover_metrics: false,
         replicas,
-        time_scale: 1.0,
+        time_scale: spec.target.time_scale.unwrap_or(1.0),
         model: crate::bench::driver::target_model(spec, manifest),
     }))
 }

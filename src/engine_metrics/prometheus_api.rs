@@ -526,9 +526,39 @@ fn assemble(
 fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, PrometheusError> {
     let url = format!("{}{path}", base(base_url));
     reqwest::Url::parse(&url).map_err(|e| PrometheusError::BadUrl {
-        url,
+        url: without_userinfo(&url),
         reason: e.to_string(),
     })
+}
+
+/// `url` as errors show it: without its query string and without the `user:password@`
+/// of basic authentication.
+fn shown_url(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    url.set_query(None);
+    strip_credentials(&mut url);
+    url.to_string()
+}
+
+/// Removes the user name and password of `url` (a URL that cannot have them has none).
+fn strip_credentials(url: &mut reqwest::Url) {
+    // Both fail only for URLs without a host (`mailto:`), which hold no credentials.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+}
+
+/// `text`, a URL that may not parse, without the `user:password@` before its host.
+fn without_userinfo(text: &str) -> String {
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_string();
+    };
+    let authority_start = scheme_end + 3;
+    let rest = &text[authority_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_len].rfind('@') {
+        Some(at) => format!("{}{}", &text[..authority_start], &rest[at + 1..]),
+        None => text.to_string(),
+    }
 }
 
 /// GETs `url` and returns the answer's `data`; `query` names the call in errors.
@@ -537,13 +567,17 @@ async fn get_data(
     url: reqwest::Url,
     query: &str,
 ) -> Result<serde_json::Value, PrometheusError> {
-    let mut shown = url.clone();
-    shown.set_query(None);
-    let shown = shown.to_string();
-    let request = |source| PrometheusError::Request {
-        url: shown.clone(),
-        query: query.to_string(),
-        source,
+    let shown = shown_url(&url);
+    // reqwest's message quotes the URL it requested: without credentials too.
+    let request = |mut source: reqwest::Error| {
+        if let Some(url) = source.url_mut() {
+            strip_credentials(url);
+        }
+        PrometheusError::Request {
+            url: shown.clone(),
+            query: query.to_string(),
+            source,
+        }
     };
     let resp = client
         .get(url)
@@ -578,16 +612,15 @@ async fn metric_names(
         q.append_pair("start", &format!("{start_unix_s:.3}"));
         q.append_pair("end", &format!("{end_unix_s:.3}"));
     }
-    let mut shown = url.clone();
-    shown.set_query(None);
+    let shown = shown_url(&url);
     let data = get_data(client, url, &query).await?;
     let names: Vec<String> =
         serde_json::from_value(data).map_err(|e| PrometheusError::Malformed {
-            url: shown.to_string(),
+            url: shown.clone(),
             query,
             reason: format!("label values are not a list of strings: {e}"),
         })?;
-    Ok((shown.to_string(), names.into_iter().collect()))
+    Ok((shown, names.into_iter().collect()))
 }
 
 /// One range query's points, combined per timestamp by `how`.
@@ -606,10 +639,72 @@ async fn range_points(
         .append_pair("start", &format!("{start_unix_s:.3}"))
         .append_pair("end", &format!("{end_unix_s:.3}"))
         .append_pair("step", &format!("{step_s}"));
-    let mut shown = url.clone();
-    shown.set_query(None);
+    let shown = shown_url(&url);
     let data = get_data(client, url, query).await?;
-    matrix_points(data, how).map_err(|f| f.at(shown.as_str(), query))
+    matrix_points(data, how).map_err(|f| f.at(&shown, query))
+}
+
+/// `Ok` when `[start_unix_s, end_unix_s]` with `step_s` can be queried: finite times,
+/// `end >= start`, a finite positive step.
+fn check_range(start_unix_s: f64, end_unix_s: f64, step_s: f64) -> Result<(), PrometheusError> {
+    if start_unix_s.is_finite()
+        && end_unix_s.is_finite()
+        && end_unix_s >= start_unix_s
+        && step_s.is_finite()
+        && step_s > 0.0
+    {
+        Ok(())
+    } else {
+        Err(PrometheusError::BadRange {
+            start: start_unix_s,
+            end: end_unix_s,
+            step_s,
+        })
+    }
+}
+
+/// [`capped_step`], with a warning when the requested step had to be raised.
+fn step_for_range(start_unix_s: f64, end_unix_s: f64, step_s: f64) -> f64 {
+    let capped = capped_step(start_unix_s, end_unix_s, step_s);
+    if capped > step_s.max(MIN_STEP_S) {
+        tracing::warn!(
+            requested_step_s = step_s,
+            step_s = capped,
+            span_s = end_unix_s - start_unix_s,
+            "Prometheus returns at most 11000 points per series: step raised"
+        );
+    }
+    capped
+}
+
+/// The samples of one PromQL range query, the series it returns summed per timestamp (a
+/// request-rate query per pod becomes the fleet's rate), in time order: `(unix_s, value)`.
+///
+/// The window is `[start_unix_s, end_unix_s]` at `step_s` seconds; a step that would
+/// exceed Prometheus' 11,000 points per series is raised (see [`capped_step`]) and logged.
+/// Values that are not finite numbers are skipped, and a timestamp at which no series has
+/// a value gives no sample, so an empty result is `Ok` with no samples. Errors name the
+/// endpoint URL (without credentials) and the query.
+pub async fn query_range_total(
+    client: &reqwest::Client,
+    base_url: &str,
+    query: &str,
+    start_unix_s: f64,
+    end_unix_s: f64,
+    step_s: f64,
+) -> Result<Vec<(f64, f64)>, PrometheusError> {
+    check_range(start_unix_s, end_unix_s, step_s)?;
+    let step_s = step_for_range(start_unix_s, end_unix_s, step_s);
+    range_points(
+        client,
+        base_url,
+        query,
+        Aggregation::Sum,
+        start_unix_s,
+        end_unix_s,
+        step_s,
+    )
+    .await
 }
 
 /// The engine metrics of the window `[start_unix_s, end_unix_s]` from the Prometheus server
@@ -623,27 +718,8 @@ pub async fn query_range_series(
     start_unix_s: f64,
     end_unix_s: f64,
 ) -> Result<MetricsSeries, PrometheusError> {
-    if !(start_unix_s.is_finite()
-        && end_unix_s.is_finite()
-        && end_unix_s >= start_unix_s
-        && source.step_s.is_finite()
-        && source.step_s > 0.0)
-    {
-        return Err(PrometheusError::BadRange {
-            start: start_unix_s,
-            end: end_unix_s,
-            step_s: source.step_s,
-        });
-    }
-    let step_s = capped_step(start_unix_s, end_unix_s, source.step_s);
-    if step_s > source.step_s.max(MIN_STEP_S) {
-        tracing::warn!(
-            requested_step_s = source.step_s,
-            step_s,
-            span_s = end_unix_s - start_unix_s,
-            "Prometheus returns at most 11000 points per series: step raised"
-        );
-    }
+    check_range(start_unix_s, end_unix_s, source.step_s)?;
+    let step_s = step_for_range(start_unix_s, end_unix_s, source.step_s);
     let (names_url, names) = metric_names(client, source, start_unix_s, end_unix_s).await?;
     let detected = match engine {
         Some(e) => Some(profile_from_names(e, &names)).filter(|d| !d.found.is_empty()),
@@ -911,6 +987,41 @@ mod tests {
             Err(Failure::Status { error, .. }) => assert_eq!(error.len(), MAX_QUOTED_BODY + 3),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn credentials_are_kept_out_of_shown_urls() {
+        let url = reqwest::Url::parse(
+            "https://alice:s3cret@prom.example:9090/p/api/v1/query_range?query=up",
+        )
+        .unwrap();
+        assert_eq!(
+            shown_url(&url),
+            "https://prom.example:9090/p/api/v1/query_range"
+        );
+        assert_eq!(
+            without_userinfo("http://alice:s3cret@prom:9090/api/v1/query_range"),
+            "http://prom:9090/api/v1/query_range"
+        );
+        // An `@` after the host is not credentials.
+        assert_eq!(
+            without_userinfo("http://prom:9090/api?x=a@b"),
+            "http://prom:9090/api?x=a@b"
+        );
+        assert_eq!(without_userinfo("not a url"), "not a url");
+        match endpoint("http://alice:s3cret@[bad", "/api/v1/query_range") {
+            Err(e @ PrometheusError::BadUrl { .. }) => {
+                assert!(!e.to_string().contains("s3cret"), "{e}");
+                assert!(e.to_string().contains("http://[bad"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            check_range(10.0, 5.0, 1.0),
+            Err(PrometheusError::BadRange { .. })
+        ));
+        assert!(check_range(5.0, 5.0, 1.0).is_ok());
+        assert!(check_range(0.0, 5.0, f64::NAN).is_err());
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Capacity and replicas: the highest passing offered rate of a sweep, and
 //! `required_replicas = ceil(peak / (capacity_per_replica × target_utilization))`.
 
+pub mod peak;
+
+pub mod serving;
+
 use std::fmt::Write as _;
 
 use schemars::JsonSchema;

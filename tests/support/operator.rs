@@ -433,28 +433,29 @@ async fn client_from(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("client builds")
 }
 
-/// Server-side apply of the CRD this build generates (so the cluster serves the schema
-/// under test), then waits until it is established.
+/// Server-side apply of the CRDs this build generates (so the cluster serves the schemas
+/// under test), then waits until each is established.
 async fn install_crd(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = CapacityBenchmark::crd();
-    let name = crd.name_any();
-    crds.patch(
-        &name,
-        &PatchParams::apply("goodput-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the CRD applies");
-    let established = kube::runtime::wait::await_condition(
-        crds,
-        &name,
-        kube::runtime::wait::conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(60), established)
+    for crd in [CapacityBenchmark::crd(), goodput::api::ServingPlan::crd()] {
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply("goodput-e2e").force(),
+            &Patch::Apply(&crd),
+        )
         .await
-        .expect("the CRD is established within 60 s")
-        .expect("the CRD reads");
+        .expect("the CRD applies");
+        let established = kube::runtime::wait::await_condition(
+            crds.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(60), established)
+            .await
+            .expect("the CRD is established within 60 s")
+            .expect("the CRD reads");
+    }
 }
 
 /// Creates `goodput-e2e-<random>`.
@@ -540,9 +541,11 @@ pub async fn setup_with_scripts(scripts: &[(&str, &str)]) -> Setup {
         .expect("kubeconfig loads");
     let client = kube::Client::try_from(config).expect("client builds");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &CapacityBenchmark::crd())
-        .await
-        .expect("the CRD installs");
+    for crd in [CapacityBenchmark::crd(), goodput::api::ServingPlan::crd()] {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("the CRD installs");
+    }
     Setup {
         cluster,
         client,

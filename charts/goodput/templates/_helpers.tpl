@@ -72,13 +72,18 @@ creates. */}}
 ClusterRole (cluster-wide mode) and the per-namespace Role (namespaced mode); the chart's
 README gives the reason for each verb. */}}
 {{- define "goodput.controllerRules" -}}
-# CapacityBenchmarks: the controller's list+watch, and a fresh get at each reconcile.
+# CapacityBenchmarks: the controllers' list+watch and a fresh get at each reconcile; a
+# ServingPlan creates its revalidation benchmark and deletes the older one it replaces.
 - apiGroups: ["goodput.dev"]
   resources: ["capacitybenchmarks"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# ServingPlans: the plan controller's list+watch, and a fresh get at each reconcile.
+- apiGroups: ["goodput.dev"]
+  resources: ["servingplans"]
   verbs: ["get", "list", "watch"]
 # Status is written with a replace (PUT) on /status, guarded by resourceVersion.
 - apiGroups: ["goodput.dev"]
-  resources: ["capacitybenchmarks/status"]
+  resources: ["capacitybenchmarks/status", "servingplans/status"]
   verbs: ["update"]
 # Point Jobs: watched (owned), read, server-side applied, deleted on a retry or a new spec.
 - apiGroups: ["batch"]
@@ -114,7 +119,25 @@ README gives the reason for each verb. */}}
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create", "patch"]
-# Events on benchmarks (created, then patched as a series when repeated).
+# A plan's target workload (planTargets, any kind with /scale, found through discovery):
+# read for what it runs and its readiness; its /scale read and patched in apply mode.
+{{- range .Values.planTargets }}
+- apiGroups: [{{ .apiGroup | quote }}]
+  resources: [{{ .resource | quote }}]
+  verbs: ["get"]
+- apiGroups: [{{ .apiGroup | quote }}]
+  resources: [{{ printf "%s/scale" .resource | quote }}]
+  verbs: ["get", "patch"]
+{{- end }}
+# The HPA or KEDA ScaledObject that scales a plan's target: found by a list, its minimum
+# (minReplicas, minReplicaCount) raised with a merge patch instead of the target's /scale.
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list", "patch"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["list", "patch"]
+# Events on benchmarks and plans (created, then patched as a series when repeated).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -1,0 +1,1644 @@
+//! The `ServingPlan` controller, one pipeline per reconcile:
+//! the workload (found through discovery, its `/scale` and what it declares it runs) →
+//! the evidence (the benchmark's capacity, refused when it does not match) → the peak
+//! (static or Prometheus) → the proposal (the planning core's formula, bounds and
+//! scale-down rule) → apply (`/scale`, or the autoscaler's minimum) → revalidation (an
+//! owned CapacityBenchmark on the new topology) → status, written only when it changed.
+//!
+//! Level-triggered like the benchmark controller: every reconcile reads the workload, the
+//! benchmark and the revalidation benchmark afresh; what must outlive a reconcile (the
+//! scale-down history, the revalidation under way) is in the plan's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::benchmark::{ManifestError, workload_manifest};
+use super::workload::{self, DeclaredIdentity};
+use super::{Context, Error, FIELD_MANAGER};
+use crate::api::conditions::plan::{self as plan_cond, reason};
+use crate::api::conditions::{self, READY, Status as Cond};
+use crate::api::{
+    AppliedScale, CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus,
+    FinishedPoint, PeakForecast, Phase, PlanEvidence, PlanMode, PointKind, RateSweep,
+    Recommendation, ServiceTarget, ServingPlan, ServingPlanStatus, Target, Verification,
+    WorkloadSource,
+};
+use crate::planning::PlanInput;
+use crate::planning::serving::{arithmetic, duration_text, requirement, stabilize};
+
+/// The label naming the plan that owns a revalidation benchmark.
+pub const PLAN_LABEL: &str = "goodput.dev/serving-plan";
+/// How often a revalidation waiting for replicas, or under way, is looked at.
+const REVALIDATION_POLL: Duration = Duration::from_secs(2);
+
+/// When a blocked plan is looked at again.
+enum Retry {
+    /// After the plan's next backoff delay (5 s doubling to 5 min).
+    Backoff,
+    /// Only when the plan (or a benchmark it watches) changes, or at the resync.
+    Resync,
+}
+
+/// Why a plan cannot propose now.
+struct Blocked {
+    condition: &'static str,
+    reason: &'static str,
+    message: String,
+    retry: Retry,
+}
+
+impl Blocked {
+    fn new(condition: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Blocked {
+            condition,
+            reason,
+            message: message.into(),
+            retry: Retry::Resync,
+        }
+    }
+
+    fn backoff(mut self) -> Self {
+        self.retry = Retry::Backoff;
+        self
+    }
+}
+
+/// An API error met while planning: `Forbidden` when RBAC refused it, else `ApiError`.
+fn api_blocked(what: &str, e: kube::Error) -> Blocked {
+    let forbidden = matches!(&e, kube::Error::Api(a) if a.code == 403);
+    let (why, message) = if forbidden {
+        (
+            conditions::reason::FORBIDDEN,
+            format!("{what}: {e} (the operator's role lacks this permission)"),
+        )
+    } else {
+        (conditions::reason::API_ERROR, format!("{what}: {e}"))
+    };
+    Blocked::new(READY, why, message).backoff()
+}
+
+/// The workload as found through discovery.
+struct Workload {
+    api: Api<DynamicObject>,
+    object: Value,
+    /// `/scale` `spec.replicas`.
+    replicas: u32,
+    /// `status.readyReplicas`, when the kind reports it.
+    ready: Option<u32>,
+}
+
+/// The capacity a plan stands on.
+#[derive(Debug)]
+struct Evidence {
+    /// Highest passing rate on the tested deployment.
+    capacity_rps: f64,
+    /// Replicas it was measured on (1 for a typed-in capacity per replica).
+    replicas_tested: u32,
+    gpus_per_replica: Option<u32>,
+    cache_mode: CacheModeName,
+    benchmark: Option<CapacityBenchmark>,
+    record: PlanEvidence,
+}
+
+impl Evidence {
+    fn per_replica(&self) -> f64 {
+        self.capacity_rps / f64::from(self.replicas_tested.max(1))
+    }
+}
+
+/// Reconciles one plan.
+pub async fn reconcile(cached: Arc<ServingPlan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cached
+        .namespace()
+        .ok_or(Error::MissingField(".metadata.namespace"))?;
+    let name = cached.name_any();
+    let api: Api<ServingPlan> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(plan) = api
+        .get_opt(&name)
+        .await
+        .map_err(Error::read("ServingPlan"))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let before = plan.status.clone().unwrap_or_default();
+    let mut run = PlanRun {
+        ctx: &ctx,
+        plan: &plan,
+        namespace,
+        generation: plan.metadata.generation.unwrap_or(0),
+        status: before.clone(),
+        before: &before,
+        now: Timestamp::now(),
+    };
+    run.status.observed_generation = Some(run.generation);
+    run.status.target = Some(plan.spec.target_ref.printable());
+    let action = match run.step().await {
+        Ok(action) => action,
+        Err(blocked) => run.blocked(blocked).await,
+    };
+    if run.status != before {
+        let mut object = plan.clone();
+        object.status = Some(run.status.clone());
+        match api
+            .replace_status(&name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Err(e) => return Err(Error::Status(e)),
+        }
+    }
+    if let Some(p) = run.status.proposed_replicas {
+        ctx.metrics.observe_proposal(&run.namespace, &name, p);
+    }
+    Ok(action)
+}
+
+/// One reconcile of one plan.
+struct PlanRun<'a> {
+    ctx: &'a Context,
+    plan: &'a ServingPlan,
+    namespace: String,
+    generation: i64,
+    status: ServingPlanStatus,
+    before: &'a ServingPlanStatus,
+    now: Timestamp,
+}
+
+impl PlanRun<'_> {
+    fn time(&self) -> Time {
+        Time(self.now)
+    }
+
+    fn condition(&mut self, type_: &str, status: Cond, reason: &str, message: impl Into<String>) {
+        let c = conditions::new(
+            type_,
+            status,
+            reason,
+            message,
+            Some(self.generation),
+            self.time(),
+        );
+        conditions::set(&mut self.status.conditions, c);
+    }
+
+    /// Whether a condition would change (so an Event is news).
+    fn is_news(&self, type_: &str, status: Cond, reason: &str, message: &str) -> bool {
+        conditions::find(&self.before.conditions, type_).is_none_or(|c| {
+            c.status != status.as_str() || c.reason != reason || c.message != message
+        })
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: &str) {
+        self.ctx.publish(self.plan, type_, reason, note).await;
+    }
+
+    /// Records why the plan cannot propose (or apply); a Warning Event when that is news.
+    /// Short of an apply, the last proposal is withdrawn: nothing stands on evidence that
+    /// is refused or a peak that cannot be read.
+    async fn blocked(&mut self, b: Blocked) -> Action {
+        let news = self.is_news(b.condition, Cond::False, b.reason, &b.message);
+        self.condition(b.condition, Cond::False, b.reason, b.message.clone());
+        if b.condition != READY {
+            self.condition(READY, Cond::False, b.reason, b.message.clone());
+        }
+        // An apply that cannot be made leaves the proposal standing; anything earlier in
+        // the pipeline means there is none.
+        if b.condition != plan_cond::APPLIED {
+            self.status.proposed_replicas = None;
+            self.status.proposed_gpus = None;
+            self.status.required_replicas = None;
+            self.status.arithmetic.clear();
+        }
+        if news {
+            self.event(EventType::Warning, b.reason, &b.message).await;
+            if b.reason == reason::EVIDENCE_REFUSED {
+                self.ctx.metrics.plan_event("refused");
+            }
+        }
+        match b.retry {
+            Retry::Backoff => Action::requeue(self.ctx.backoff(self.plan)),
+            Retry::Resync => Action::requeue(self.ctx.options.plan_resync),
+        }
+    }
+
+    async fn step(&mut self) -> Result<Action, Blocked> {
+        let spec = &self.plan.spec;
+        let target = self.workload().await?;
+        self.status.current_replicas = Some(target.replicas);
+        let declared = workload::declared_identity(&target.object);
+        let identity = workload::identity_key(&declared);
+        let evidence = self.evidence(&declared).await?;
+        let peak = self.peak().await?;
+
+        // A revalidation of this very topology that fell short replaces linear scaling.
+        let shortfall = self.status.verification.as_ref().filter(|v| {
+            v.state == Verification::SHORTFALL
+                && v.replicas == target.replicas
+                && v.identity == identity
+        });
+        let (capacity_rps, replicas_tested) = match shortfall.and_then(|v| v.measured_fleet_rps) {
+            Some(measured) if measured > 0.0 => (measured, target.replicas),
+            _ => (evidence.capacity_rps, evidence.replicas_tested),
+        };
+        let gpus = spec
+            .gpus_per_replica
+            .or(evidence.gpus_per_replica)
+            .unwrap_or(1);
+        let input = PlanInput {
+            peak_rps: peak,
+            capacity_rps,
+            replicas_tested,
+            gpus_per_replica: gpus,
+            target_utilization: spec.target_utilization,
+        };
+        let required = requirement(input, spec.min_replicas.max(1), spec.max_replicas)
+            .map_err(|e| Blocked::new(READY, reason::INVALID_SPEC, e.to_string()))?;
+        let history: Vec<(i64, u32)> = self
+            .status
+            .recommendations
+            .iter()
+            .map(|r| (r.time.0.as_second(), r.replicas))
+            .collect();
+        let cooldown = Duration::from(spec.scale_down.cooldown).as_secs() as i64;
+        let stable = stabilize(
+            self.before.proposed_replicas,
+            &history,
+            self.now.as_second(),
+            required.replicas,
+            cooldown,
+            spec.scale_down.min_step,
+        );
+        self.status.recommendations = stable
+            .history
+            .iter()
+            .map(|&(t, replicas)| Recommendation {
+                time: Time(Timestamp::from_second(t).unwrap_or(self.now)),
+                replicas,
+            })
+            .collect();
+        let proposal = stable.proposal;
+        let mut lines = vec![arithmetic(&required.plan)];
+        if replicas_tested == target.replicas && shortfall.is_some() {
+            lines.insert(
+                0,
+                format!(
+                    "capacity per replica measured on {} replicas at revalidation: {} / {} = \
+                     {:.3} RPS",
+                    target.replicas,
+                    capacity_rps,
+                    target.replicas,
+                    required.plan.capacity_per_replica_rps
+                ),
+            );
+        }
+        lines.extend(required.notes.iter().cloned());
+        lines.extend(stable.note);
+        lines.push(format!(
+            "{proposal} replicas × {gpus} GPUs/replica = {} GPUs",
+            u64::from(proposal) * u64::from(gpus)
+        ));
+        self.status.capacity_per_replica_rps = Some(round3(required.plan.capacity_per_replica_rps));
+        self.status.required_replicas = Some(required.replicas);
+        self.status.proposed_replicas = Some(proposal);
+        self.status.proposed_gpus = Some(u64::from(proposal) * u64::from(gpus));
+        self.status.arithmetic = lines;
+        self.status.evidence = Some(evidence.record.clone());
+
+        let message = format!(
+            "{proposal} replicas ({} GPUs) for a peak of {} RPS at {} RPS per replica \
+             and {:.0}% utilization; the workload has {}",
+            u64::from(proposal) * u64::from(gpus),
+            round3(peak),
+            round3(required.plan.capacity_per_replica_rps),
+            spec.target_utilization * 100.0,
+            target.replicas
+        );
+        let changed = self.before.proposed_replicas != Some(proposal);
+        self.condition(READY, Cond::True, reason::PROPOSED, message.clone());
+        if changed {
+            self.event(EventType::Normal, reason::PROPOSED, &message)
+                .await;
+            self.ctx.metrics.plan_event("proposed");
+        }
+
+        match spec.mode {
+            PlanMode::Apply => self.apply(&target, proposal).await?,
+            PlanMode::Propose => self.condition(
+                plan_cond::APPLIED,
+                Cond::False,
+                reason::PROPOSE_ONLY,
+                "mode is Propose: the proposal is not written to the workload",
+            ),
+        }
+        let poll = self.revalidate(&target, &evidence, peak, &identity).await?;
+        let mut next = self.ctx.options.plan_resync;
+        if let Some(p) = &spec.peak.prometheus {
+            next = next.min(Duration::from(p.refresh).max(Duration::from_secs(1)));
+        }
+        if let Some(poll) = poll {
+            next = next.min(poll);
+        }
+        Ok(Action::requeue(next))
+    }
+
+    /// The workload through discovery: its kind must be served and have `/scale`.
+    async fn workload(&mut self) -> Result<Workload, Blocked> {
+        let r = &self.plan.spec.target_ref;
+        let (group, version) = r
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", r.api_version.as_str()));
+        let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+        let (resource, caps) = match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
+            Ok(found) => found,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                return Err(Blocked::new(
+                    READY,
+                    reason::TARGET_NOT_FOUND,
+                    format!(
+                        "spec.targetRef: the API server does not serve {}",
+                        r.api_version
+                    ),
+                )
+                .backoff());
+            }
+            Err(kube::Error::Discovery(_)) => {
+                return Err(Blocked::new(
+                    READY,
+                    reason::TARGET_NOT_FOUND,
+                    format!(
+                        "spec.targetRef: {} has no kind {} (check apiVersion and kind)",
+                        r.api_version, r.kind
+                    ),
+                )
+                .backoff());
+            }
+            Err(e) => return Err(api_blocked("discovering the target's kind", e)),
+        };
+        if !caps
+            .subresources
+            .iter()
+            .any(|(sub, _)| sub.plural == "scale")
+        {
+            return Err(Blocked::new(
+                READY,
+                reason::NO_SCALE_SUBRESOURCE,
+                format!(
+                    "spec.targetRef: {} {} has no /scale subresource, so its replicas \
+                     cannot be planned",
+                    r.api_version, r.kind
+                ),
+            ));
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let object = api
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| api_blocked("reading the target", e))?;
+        let Some(object) = object else {
+            return Err(Blocked::new(
+                READY,
+                reason::TARGET_NOT_FOUND,
+                format!("{} {}/{} does not exist", r.kind, self.namespace, r.name),
+            )
+            .backoff());
+        };
+        let scale = api
+            .get_scale(&r.name)
+            .await
+            .map_err(|e| api_blocked("reading the target's /scale", e))?;
+        let object = serde_json::to_value(&object).unwrap_or(Value::Null);
+        let ready = object
+            .pointer("/status/readyReplicas")
+            .and_then(Value::as_u64)
+            .map(|n| n as u32)
+            .or_else(|| object.pointer("/status").map(|_| 0));
+        Ok(Workload {
+            api,
+            object,
+            replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32,
+            ready,
+        })
+    }
+
+    /// The capacity evidence, refused when it does not match the workload or is stale.
+    async fn evidence(&mut self, declared: &DeclaredIdentity) -> Result<Evidence, Blocked> {
+        let capacity = &self.plan.spec.capacity;
+        if let Some(per_replica) = capacity.per_replica_rps {
+            if !(per_replica.is_finite() && per_replica > 0.0) {
+                return Err(Blocked::new(
+                    READY,
+                    reason::INVALID_SPEC,
+                    format!("spec.capacity.perReplicaRps: {per_replica} must be positive"),
+                ));
+            }
+            let record = PlanEvidence {
+                source: "typed-in".into(),
+                capacity_rps: Some(per_replica),
+                replicas_tested: Some(1),
+                reason: capacity.reason.clone(),
+                ..Default::default()
+            };
+            self.valid_evidence(&record);
+            return Ok(Evidence {
+                capacity_rps: per_replica,
+                replicas_tested: 1,
+                gpus_per_replica: None,
+                cache_mode: CacheModeName::Cold,
+                benchmark: None,
+                record,
+            });
+        }
+        let Some(reference) = &capacity.benchmark_ref else {
+            return Err(Blocked::new(
+                READY,
+                reason::INVALID_SPEC,
+                "spec.capacity: give benchmarkRef or perReplicaRps",
+            ));
+        };
+        let api: Api<CapacityBenchmark> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let cb = api
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| api_blocked("reading the CapacityBenchmark", e))?;
+        let Some(cb) = cb else {
+            return Err(Blocked::new(
+                plan_cond::EVIDENCE_VALID,
+                reason::BENCHMARK_NOT_FOUND,
+                format!(
+                    "CapacityBenchmark {}/{} does not exist",
+                    self.namespace, reference.name
+                ),
+            )
+            .backoff());
+        };
+        let max_age = self.plan.spec.evidence_max_age.map(Duration::from);
+        let found = benchmark_capacity(&cb, reference.cache_mode, self.now, max_age);
+        let mut found = match found {
+            Ok(found) => found,
+            Err(refusals) => {
+                self.status.evidence = Some(PlanEvidence {
+                    source: format!("CapacityBenchmark {}", cb.name_any()),
+                    generation: cb.metadata.generation,
+                    refused: refusals.clone(),
+                    ..Default::default()
+                });
+                return Err(Blocked::new(
+                    plan_cond::EVIDENCE_VALID,
+                    reason::EVIDENCE_REFUSED,
+                    refusals.join("; "),
+                ));
+            }
+        };
+        let manifest = workload_manifest(&self.ctx.client, &self.namespace, &cb.spec.workload)
+            .await
+            .map_err(|e| match e {
+                ManifestError::Api(e) => api_blocked("reading the benchmark's manifest", e),
+                ManifestError::Missing(m) | ManifestError::Invalid(m) => Blocked::new(
+                    plan_cond::EVIDENCE_VALID,
+                    reason::EVIDENCE_REFUSED,
+                    format!("the benchmark's workload manifest: {m}"),
+                ),
+            })?;
+        let comparison = workload::compare(&manifest, declared);
+        found.record.unchecked = comparison.unchecked;
+        if !comparison.refused.is_empty() {
+            found.record.refused = comparison.refused.clone();
+            self.status.evidence = Some(found.record);
+            return Err(Blocked::new(
+                plan_cond::EVIDENCE_VALID,
+                reason::EVIDENCE_REFUSED,
+                format!(
+                    "CapacityBenchmark {} measured another deployment: {}",
+                    cb.name_any(),
+                    comparison.refused.join("; ")
+                ),
+            ));
+        }
+        self.valid_evidence(&found.record);
+        found.benchmark = Some(cb);
+        Ok(found)
+    }
+
+    fn valid_evidence(&mut self, record: &PlanEvidence) {
+        let mut message = format!("{} is used", record.source);
+        if !record.unchecked.is_empty() {
+            message.push_str(&format!(
+                "; not compared: {}",
+                record
+                    .unchecked
+                    .iter()
+                    .map(|u| u.split(':').next().unwrap_or(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        self.condition(
+            plan_cond::EVIDENCE_VALID,
+            Cond::True,
+            reason::MATCHED,
+            message,
+        );
+    }
+
+    /// The peak to plan for: static, or read from Prometheus (again after `refresh`).
+    async fn peak(&mut self) -> Result<f64, Blocked> {
+        let peak = &self.plan.spec.peak;
+        if let Some(rps) = peak.rps {
+            if !(rps.is_finite() && rps > 0.0) {
+                return Err(Blocked::new(
+                    READY,
+                    reason::INVALID_SPEC,
+                    format!("spec.peak.rps: {rps} must be positive"),
+                ));
+            }
+            self.status.peak_rps = Some(rps);
+            self.status.peak_source = Some("static (spec.peak.rps)".into());
+            self.status.peak_read_at = None;
+            return Ok(rps);
+        }
+        let Some(p) = &peak.prometheus else {
+            return Err(Blocked::new(
+                READY,
+                reason::INVALID_SPEC,
+                "spec.peak: give rps or prometheus",
+            ));
+        };
+        let fresh = self.before.observed_generation == Some(self.generation)
+            && self.before.peak_read_at.as_ref().is_some_and(|t| {
+                let age = self.now.as_second() - t.0.as_second();
+                age >= 0 && (age as u64) < Duration::from(p.refresh).as_secs()
+            });
+        if let (true, Some(rps)) = (fresh, self.before.peak_rps) {
+            return Ok(rps);
+        }
+        // Until this read succeeds no earlier one counts as fresh: a failed read is
+        // retried at the next reconcile, not answered from the last good one.
+        self.status.peak_read_at = None;
+        let end = self.now.as_millisecond() as f64 / 1000.0;
+        let start = end - Duration::from(p.lookback).as_secs_f64();
+        let step = Duration::from(p.step).as_secs_f64().max(1.0);
+        let timeout = Duration::from(p.timeout).max(Duration::from_secs(1));
+        let query = crate::engine_metrics::prometheus_api::query_range_total(
+            &self.ctx.http,
+            &p.url,
+            &p.query,
+            start,
+            end,
+            step,
+        );
+        let points = match tokio::time::timeout(timeout, query).await {
+            Err(_) => {
+                return Err(Blocked::new(
+                    READY,
+                    reason::PEAK_QUERY_FAILED,
+                    format!(
+                        "the Prometheus peak query did not answer within {}",
+                        secs(p.timeout)
+                    ),
+                )
+                .backoff());
+            }
+            Ok(Err(e)) => {
+                return Err(Blocked::new(
+                    READY,
+                    reason::PEAK_QUERY_FAILED,
+                    format!("the Prometheus peak query failed: {e}"),
+                )
+                .backoff());
+            }
+            Ok(Ok(points)) => points,
+        };
+        let rates: Vec<f64> = points.iter().map(|&(_, v)| v).collect();
+        let estimate = crate::planning::peak::peak_from_rates(&rates, p.quantile, p.growth_factor)
+            .map_err(|e| {
+                Blocked::new(
+                    READY,
+                    reason::PEAK_EMPTY,
+                    format!(
+                        "the Prometheus peak query over the last {}: {e}",
+                        secs(p.lookback)
+                    ),
+                )
+                .backoff()
+            })?;
+        self.status.peak_rps = Some(round3(estimate.peak_rps));
+        self.status.peak_source = Some(format!(
+            "{} ({} over the last {})",
+            estimate.describe(),
+            p.query,
+            secs(p.lookback)
+        ));
+        self.status.peak_read_at = Some(self.time());
+        Ok(round3(estimate.peak_rps))
+    }
+
+    /// Apply mode: the workload's `/scale`, or the minimum of the autoscaler that manages
+    /// it. Nothing is written when an autoscaler's maximum is below the proposal.
+    async fn apply(&mut self, target: &Workload, proposal: u32) -> Result<(), Blocked> {
+        let r = &self.plan.spec.target_ref;
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let manager = self.autoscaler().await?;
+        let via = match manager {
+            Some(Autoscaler {
+                via,
+                max,
+                current_min,
+                api,
+                name,
+                field,
+            }) => {
+                if proposal > max {
+                    let message = format!(
+                        "{via} manages {} and its maximum ({max}) is below the proposal \
+                         ({proposal}); nothing was written: raise its maximum",
+                        r.printable()
+                    );
+                    return Err(Blocked {
+                        condition: plan_cond::APPLIED,
+                        reason: reason::AUTOSCALER_MAX_CONFLICT,
+                        message,
+                        retry: Retry::Resync,
+                    });
+                }
+                if current_min != Some(proposal) {
+                    api.patch(
+                        &name,
+                        &pp,
+                        &Patch::Merge(json!({"spec": {field: proposal}})),
+                    )
+                    .await
+                    .map_err(|e| self.scale_failed(&via, e))?;
+                    self.applied(proposal, &via).await;
+                }
+                format!("{via}: its {field} holds the proposal")
+            }
+            None => {
+                if target.replicas != proposal {
+                    target
+                        .api
+                        .patch_scale(
+                            &r.name,
+                            &pp,
+                            &Patch::Merge(json!({"spec": {"replicas": proposal}})),
+                        )
+                        .await
+                        .map_err(|e| self.scale_failed("scale", e))?;
+                    self.status.current_replicas = Some(proposal);
+                    self.applied(proposal, "scale").await;
+                }
+                "the workload's /scale holds the proposal".to_owned()
+            }
+        };
+        self.condition(
+            plan_cond::APPLIED,
+            Cond::True,
+            reason::APPLIED,
+            format!("{proposal} replicas: {via}"),
+        );
+        Ok(())
+    }
+
+    async fn applied(&mut self, replicas: u32, via: &str) {
+        self.status.applied = Some(AppliedScale {
+            replicas,
+            via: via.to_owned(),
+            time: self.time(),
+        });
+        self.event(
+            EventType::Normal,
+            reason::APPLIED,
+            &format!("Set {replicas} replicas through {via}"),
+        )
+        .await;
+        self.ctx.metrics.plan_event("applied");
+    }
+
+    fn scale_failed(&self, via: &str, e: kube::Error) -> Blocked {
+        self.ctx.metrics.plan_event("apply_failed");
+        Blocked {
+            condition: plan_cond::APPLIED,
+            reason: reason::SCALE_FAILED,
+            message: format!("writing the replicas through {via} failed: {e}; retrying"),
+            retry: Retry::Backoff,
+        }
+    }
+
+    /// The HPA (autoscaling/v2) or KEDA ScaledObject that scales the workload, if any.
+    async fn autoscaler(&self) -> Result<Option<Autoscaler>, Blocked> {
+        let r = &self.plan.spec.target_ref;
+        let hpas: Api<HorizontalPodAutoscaler> =
+            Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let list = hpas
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_blocked("listing HorizontalPodAutoscalers", e))?;
+        for hpa in list {
+            let spec = &hpa.spec;
+            let t = &spec.scale_target_ref;
+            let same_group = t
+                .api_version
+                .as_deref()
+                .is_none_or(|v| group_of(v) == r.group());
+            if t.kind == r.kind && t.name == r.name && same_group {
+                let api = Api::namespaced_with(
+                    self.ctx.client.clone(),
+                    &self.namespace,
+                    &kube::api::ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+                );
+                return Ok(Some(Autoscaler {
+                    via: format!("hpa/{}", hpa.name_any()),
+                    max: spec.max_replicas.max(0) as u32,
+                    current_min: spec.min_replicas.map(|m| m.max(0) as u32),
+                    api,
+                    name: hpa.name_any(),
+                    field: "minReplicas",
+                }));
+            }
+        }
+        // KEDA is optional: a cluster without its CRD has no ScaledObjects.
+        let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+        let Ok((resource, _)) = kube::discovery::pinned_kind(&self.ctx.client, &gvk).await else {
+            return Ok(None);
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_blocked("listing KEDA ScaledObjects", e))?;
+        for so in list {
+            let spec = so.data.get("spec").cloned().unwrap_or(Value::Null);
+            let t = spec.get("scaleTargetRef").cloned().unwrap_or(Value::Null);
+            let kind = t
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("Deployment");
+            let group = t
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map_or("apps", group_of);
+            if t.get("name").and_then(Value::as_str) == Some(r.name.as_str())
+                && kind == r.kind
+                && group == r.group()
+            {
+                let read = |field: &str, default: u64| {
+                    spec.get(field).and_then(Value::as_u64).unwrap_or(default) as u32
+                };
+                return Ok(Some(Autoscaler {
+                    via: format!("scaledobject/{}", so.name_any()),
+                    max: read("maxReplicaCount", 100),
+                    current_min: spec
+                        .get("minReplicaCount")
+                        .and_then(Value::as_u64)
+                        .map(|m| m as u32),
+                    api: api.clone(),
+                    name: so.name_any(),
+                    field: "minReplicaCount",
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Benchmarks the workload again once it reaches a new replica count (or declares
+    /// another engine version or model revision) with every replica ready, and reads the
+    /// result. Returns how soon to look again while one waits or runs.
+    async fn revalidate(
+        &mut self,
+        target: &Workload,
+        evidence: &Evidence,
+        peak: f64,
+        identity: &str,
+    ) -> Result<Option<Duration>, Blocked> {
+        let spec = &self.plan.spec;
+        if !spec.revalidation.enabled {
+            self.condition(
+                plan_cond::VERIFIED,
+                Cond::Unknown,
+                reason::NOT_REVALIDATED,
+                "revalidation is disabled",
+            );
+            return Ok(None);
+        }
+        let n = target.replicas;
+        let previous = self.status.verification.clone();
+        let needed = match &previous {
+            Some(v) => v.replicas != n || v.identity != identity,
+            None => n != evidence.replicas_tested || evidence.benchmark.is_none(),
+        };
+        if !needed {
+            let Some(v) = previous else {
+                self.condition(
+                    plan_cond::VERIFIED,
+                    Cond::Unknown,
+                    reason::NOT_REVALIDATED,
+                    format!(
+                        "the workload runs the benchmarked topology ({n} replicas); it is \
+                         revalidated when it scales"
+                    ),
+                );
+                return Ok(None);
+            };
+            if v.state != Verification::RUNNING {
+                return Ok(None);
+            }
+            return self.read_verification(v, evidence).await;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let ready = target.ready.unwrap_or(n);
+        if ready < n {
+            self.condition(
+                plan_cond::VERIFIED,
+                Cond::Unknown,
+                reason::WAITING_FOR_REPLICAS,
+                format!("{ready} of {n} replicas are ready; revalidation starts when all are"),
+            );
+            return Ok(Some(REVALIDATION_POLL));
+        }
+        let built = verification_benchmark(
+            self.plan,
+            evidence,
+            VerificationInputs {
+                replicas: n,
+                peak,
+                identity,
+            },
+        );
+        let cb = match built {
+            Ok(cb) => cb,
+            Err(why) => {
+                self.condition(
+                    plan_cond::VERIFIED,
+                    Cond::Unknown,
+                    reason::NOT_REVALIDATED,
+                    why,
+                );
+                return Ok(None);
+            }
+        };
+        let api: Api<CapacityBenchmark> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        // One revalidation at a time: an older one (another topology) is removed.
+        let owned = api
+            .list(&ListParams::default().labels(&format!("{PLAN_LABEL}={}", self.plan.name_any())))
+            .await
+            .map_err(|e| api_blocked("listing revalidation benchmarks", e))?;
+        for old in owned.iter().filter(|o| o.name_any() != cb.name_any()) {
+            api.delete(&old.name_any(), &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .or_else(|e| match e {
+                    kube::Error::Api(a) if a.code == 404 => Ok(()),
+                    e => Err(api_blocked("removing an older revalidation", e)),
+                })?;
+        }
+        match api.create(&PostParams::default(), &cb).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(api_blocked("creating the revalidation benchmark", e)),
+        }
+        let expected = f64::from(n) * evidence.per_replica();
+        let message = format!(
+            "benchmarking {n} replicas at the peak ({} RPS) and the linear expectation \
+             ({} RPS) in CapacityBenchmark {}",
+            round3(peak),
+            round3(expected),
+            cb.name_any()
+        );
+        self.status.verification = Some(Verification {
+            replicas: n,
+            identity: identity.to_owned(),
+            benchmark: cb.name_any(),
+            state: Verification::RUNNING.into(),
+            peak_rps: Some(round3(peak)),
+            expected_fleet_rps: Some(round3(expected)),
+            message: message.clone(),
+            ..Default::default()
+        });
+        self.condition(
+            plan_cond::VERIFIED,
+            Cond::Unknown,
+            reason::REVALIDATING,
+            message.clone(),
+        );
+        self.event(EventType::Normal, reason::REVALIDATING, &message)
+            .await;
+        Ok(Some(REVALIDATION_POLL))
+    }
+
+    /// The revalidation benchmark's result, once it has one.
+    async fn read_verification(
+        &mut self,
+        v: Verification,
+        evidence: &Evidence,
+    ) -> Result<Option<Duration>, Blocked> {
+        let api: Api<CapacityBenchmark> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let cb = api
+            .get_opt(&v.benchmark)
+            .await
+            .map_err(|e| api_blocked("reading the revalidation benchmark", e))?;
+        let Some(cb) = cb else {
+            let done = Verification {
+                state: Verification::FAILED.into(),
+                message: format!(
+                    "CapacityBenchmark {} was deleted before it finished",
+                    v.benchmark
+                ),
+                ..v
+            };
+            self.finish_verification(done).await;
+            return Ok(None);
+        };
+        let status = cb.status.clone().unwrap_or_default();
+        let finished = status.observed_generation == cb.metadata.generation
+            && matches!(status.phase, Some(Phase::Succeeded | Phase::Failed));
+        if !finished {
+            return Ok(Some(REVALIDATION_POLL));
+        }
+        let spec = &self.plan.spec;
+        let gpus = spec
+            .gpus_per_replica
+            .or(evidence.gpus_per_replica)
+            .unwrap_or(1);
+        let done = verification_outcome(
+            v,
+            &status,
+            evidence.cache_mode,
+            PlanBounds {
+                utilization: spec.target_utilization,
+                gpus_per_replica: gpus,
+                min: spec.min_replicas.max(1),
+                max: spec.max_replicas,
+            },
+        );
+        self.finish_verification(done).await;
+        Ok(None)
+    }
+
+    async fn finish_verification(&mut self, done: Verification) {
+        let (status, why, kind) = match done.state.as_str() {
+            Verification::VERIFIED => (Cond::True, reason::VERIFIED, "verified"),
+            Verification::SHORTFALL => (Cond::False, reason::SHORTFALL, "shortfall"),
+            _ => (
+                Cond::False,
+                reason::REVALIDATION_FAILED,
+                "revalidation_failed",
+            ),
+        };
+        self.condition(plan_cond::VERIFIED, status, why, done.message.clone());
+        let type_ = if status == Cond::True {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        self.event(type_, why, &done.message).await;
+        self.ctx.metrics.plan_event(kind);
+        self.status.verification = Some(done);
+    }
+}
+
+/// An autoscaler that manages the workload.
+struct Autoscaler {
+    /// `hpa/<name>` or `scaledobject/<name>`.
+    via: String,
+    max: u32,
+    current_min: Option<u32>,
+    api: Api<DynamicObject>,
+    name: String,
+    /// The field that holds its minimum.
+    field: &'static str,
+}
+
+/// A spec duration as people say it (`336h`).
+fn secs(d: kube::core::Duration) -> String {
+    duration_text(Duration::from(d).as_secs() as i64)
+}
+
+/// The group of an `apiVersion` (empty for the core group).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Three decimals: rates as people read them, without float noise in the status.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The capacity a benchmark gives a plan, or every reason it gives none: not finished
+/// for its current spec, not Ready, no passing point in the cache mode, older than
+/// `max_age`.
+fn benchmark_capacity(
+    cb: &CapacityBenchmark,
+    cache: Option<CacheModeName>,
+    now: Timestamp,
+    max_age: Option<Duration>,
+) -> Result<Evidence, Vec<String>> {
+    let name = cb.name_any();
+    let Some(status) = &cb.status else {
+        return Err(vec![format!("CapacityBenchmark {name} has not run yet")]);
+    };
+    let current = status.observed_generation == cb.metadata.generation;
+    if status.phase != Some(Phase::Succeeded)
+        || !current
+        || !conditions::is_true(&status.conditions, READY)
+    {
+        let phase = status
+            .phase
+            .map_or("not started".to_owned(), |p| format!("{p:?}"));
+        let why = if current {
+            format!("phase {phase}")
+        } else {
+            "its spec changed since the result".to_owned()
+        };
+        return Err(vec![format!(
+            "CapacityBenchmark {name} is not Ready ({why}): no finished result to plan with"
+        )]);
+    }
+    let mut refusals = Vec::new();
+    let mode = match cache {
+        Some(mode) => status.modes.iter().find(|m| m.cache == mode),
+        None => {
+            // The lowest capacity among the modes run; a mode without a passing rate is
+            // the lowest of all.
+            status.modes.iter().min_by(|a, b| {
+                let key = |m: &crate::api::ModeCapacity| m.capacity_rps.unwrap_or(-1.0);
+                key(a).total_cmp(&key(b))
+            })
+        }
+    };
+    let Some(mode) = mode else {
+        let asked = cache.map_or("any cache mode".to_owned(), |c| format!("cache mode {c}"));
+        return Err(vec![format!(
+            "CapacityBenchmark {name} has no result for {asked}"
+        )]);
+    };
+    let capacity = mode.capacity_rps.filter(|c| *c > 0.0);
+    if capacity.is_none() {
+        refusals.push(format!(
+            "CapacityBenchmark {name} has no passing point in cache mode {}: no rate met \
+             every class's SLOs, so there is no capacity to plan with",
+            mode.cache
+        ));
+    }
+    let ready_at =
+        conditions::find(&status.conditions, READY).map(|c| c.last_transition_time.clone());
+    if let (Some(max), Some(at)) = (max_age, &ready_at) {
+        let age = now.as_second() - at.0.as_second();
+        if age > max.as_secs() as i64 {
+            refusals.push(format!(
+                "CapacityBenchmark {name} is {} old, more than evidenceMaxAge {}: \
+                 measure again",
+                hours(age),
+                duration_text(max.as_secs() as i64)
+            ));
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    let capacity = capacity.unwrap_or_default();
+    let replicas_tested = match mode.capacity_per_replica_rps {
+        Some(per) if per > 0.0 => (capacity / per).round().max(1.0) as u32,
+        _ => 1,
+    };
+    let point = status.points.iter().find(|p| {
+        p.cache == mode.cache
+            && p.kind == PointKind::Rate
+            && p.verdict == FinishedPoint::PASS
+            && p.offered_rps.is_some_and(|r| (r - capacity).abs() < 1e-9)
+    });
+    Ok(Evidence {
+        capacity_rps: capacity,
+        replicas_tested,
+        gpus_per_replica: cb.spec.target.gpus_per_replica,
+        cache_mode: mode.cache,
+        benchmark: None,
+        record: PlanEvidence {
+            source: format!("CapacityBenchmark {name}"),
+            generation: cb.metadata.generation,
+            cache_mode: Some(mode.cache),
+            capacity_rps: Some(capacity),
+            replicas_tested: Some(replicas_tested),
+            weakest_class: point.and_then(|p| p.weakest_class.clone()),
+            weakest_attainment: point.and_then(|p| p.weakest_attainment),
+            pack: status.pack.clone(),
+            measured_at: ready_at,
+            ..Default::default()
+        },
+    })
+}
+
+/// `26h`, `3d 2h`: an age as people say it.
+fn hours(seconds: i64) -> String {
+    let h = seconds / 3600;
+    if h >= 48 && h % 24 == 0 {
+        format!("{}d", h / 24)
+    } else if h >= 48 {
+        format!("{}d {}h", h / 24, h % 24)
+    } else {
+        format!("{h}h")
+    }
+}
+
+/// What a revalidation benchmark measures.
+struct VerificationInputs<'a> {
+    replicas: u32,
+    peak: f64,
+    identity: &'a str,
+}
+
+/// The owned CapacityBenchmark that revalidates `replicas` replicas: the referenced
+/// benchmark's workload, acceptance, cache mode and load settings against the workload's
+/// Service, at the peak and the linear expectation (replicas × capacity per replica), and
+/// at a quarter and a half of the expectation so a shortfall has a measured capacity. `Err` says why none can be built.
+fn verification_benchmark(
+    plan: &ServingPlan,
+    evidence: &Evidence,
+    inputs: VerificationInputs<'_>,
+) -> Result<CapacityBenchmark, String> {
+    let re = &plan.spec.revalidation;
+    let base = evidence.benchmark.as_ref().map(|cb| &cb.spec);
+    let service: Option<ServiceTarget> = re
+        .service
+        .clone()
+        .or_else(|| base.and_then(|b| b.target.service.clone()));
+    let Some(service) = service else {
+        return Err(
+            "nothing to benchmark: the evidence is not of a Service; set \
+             spec.revalidation.service"
+                .into(),
+        );
+    };
+    let workload: Option<WorkloadSource> = re
+        .workload
+        .clone()
+        .or_else(|| base.map(|b| b.workload.clone()));
+    let Some(workload) = workload else {
+        return Err("no workload to send: set spec.revalidation.workload".into());
+    };
+    let expected = f64::from(inputs.replicas) * evidence.per_replica();
+    // The peak and the linear expectation answer the question; a quarter and a half of
+    // the expectation measure what the fleet does carry when the peak falls short.
+    let mut rates = vec![
+        round3(expected / 4.0),
+        round3(expected / 2.0),
+        round3(inputs.peak),
+        round3(expected),
+    ];
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    rates.retain(|r| *r > 0.0);
+    let time_scale = re
+        .time_scale
+        .or_else(|| base.and_then(|b| b.target.time_scale));
+    let mut experiments = base.map(|b| b.experiments.clone()).unwrap_or_default();
+    experiments.saturation = None;
+    experiments.rate_sweep = Some(RateSweep {
+        rates,
+        ..Default::default()
+    });
+    experiments.cache_modes = vec![evidence.cache_mode];
+    let spec = CapacityBenchmarkSpec {
+        target: Target {
+            service: Some(service),
+            model: base.and_then(|b| b.target.model.clone()),
+            api: base.map(|b| b.target.api).unwrap_or_default(),
+            replicas: Some(inputs.replicas),
+            gpus_per_replica: plan.spec.gpus_per_replica.or(evidence.gpus_per_replica),
+            time_scale,
+            prometheus: base.and_then(|b| b.target.prometheus.clone()),
+            ..Default::default()
+        },
+        workload,
+        experiments,
+        acceptance: base.and_then(|b| b.acceptance.clone()),
+        repeats: 1,
+        peak: Some(PeakForecast {
+            rps: round3(inputs.peak),
+            target_utilization: Some(plan.spec.target_utilization),
+            cache_mode: Some(evidence.cache_mode),
+        }),
+        reporting: base.map(|b| b.reporting.clone()).unwrap_or_default(),
+        loadgen: base.map(|b| b.loadgen.clone()).unwrap_or_default(),
+    };
+    let name = format!(
+        "{}-verify-r{}-{}",
+        truncate(&plan.name_any(), 40),
+        inputs.replicas,
+        &short_hash(inputs.identity)
+    );
+    let owner = plan.controller_owner_ref(&()).map(|mut o: OwnerReference| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    Ok(CapacityBenchmark {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: plan.namespace(),
+            labels: Some(
+                [
+                    (PLAN_LABEL.to_owned(), plan.name_any()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "goodput".to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    })
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => s[..i].trim_end_matches('-'),
+        None => s,
+    }
+}
+
+/// Six hex digits of a string's FNV-1a hash: names one identity in a benchmark's name.
+fn short_hash(s: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in s.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{:06x}", h & 0xff_ffff)
+}
+
+/// The plan's bounds, for a proposal from a revalidation's measured capacity.
+struct PlanBounds {
+    utilization: f64,
+    gpus_per_replica: u32,
+    min: u32,
+    max: Option<u32>,
+}
+
+/// What a finished revalidation benchmark says: `Verified` when its peak point passed,
+/// else `Shortfall` with the measured fleet capacity (the highest passing rate), the
+/// scaling efficiency (measured ÷ linear expectation) and the replicas the measured
+/// capacity per replica requires; `Failed` when it ended without a result.
+fn verification_outcome(
+    v: Verification,
+    status: &CapacityBenchmarkStatus,
+    cache: CacheModeName,
+    bounds: PlanBounds,
+) -> Verification {
+    if status.phase != Some(Phase::Succeeded) {
+        let why = conditions::find(&status.conditions, READY)
+            .map_or("no reason given".to_owned(), |c| c.message.clone());
+        return Verification {
+            state: Verification::FAILED.into(),
+            message: format!("the revalidation benchmark {} failed: {why}", v.benchmark),
+            ..v
+        };
+    }
+    let peak = v.peak_rps.unwrap_or_default();
+    let measured = status
+        .modes
+        .iter()
+        .find(|m| m.cache == cache)
+        .and_then(|m| m.capacity_rps);
+    let peak_passed = status.points.iter().any(|p| {
+        p.cache == cache
+            && p.kind == PointKind::Rate
+            && p.verdict == FinishedPoint::PASS
+            && p.offered_rps.is_some_and(|r| (r - peak).abs() < 1e-6)
+    });
+    let expected = v.expected_fleet_rps.unwrap_or_default();
+    let efficiency = match (measured, expected > 0.0) {
+        (Some(m), true) => Some(round3(m / expected)),
+        _ => None,
+    };
+    let eff_text = efficiency.map_or("unknown (no rate passed)".to_owned(), |e| {
+        format!("{:.0}%", e * 100.0)
+    });
+    if peak_passed {
+        return Verification {
+            state: Verification::VERIFIED.into(),
+            measured_fleet_rps: measured,
+            scaling_efficiency: efficiency,
+            shortfall_rps: None,
+            proposed_replicas: None,
+            message: format!(
+                "{} replicas pass at the peak ({peak} RPS); measured fleet capacity {} RPS \
+                 of {expected} RPS expected: scaling efficiency {eff_text}",
+                v.replicas,
+                measured.map_or("-".to_owned(), |m| m.to_string()),
+            ),
+            ..v
+        };
+    }
+    let shortfall = round3(peak - measured.unwrap_or(0.0));
+    let proposal = measured.filter(|m| *m > 0.0).and_then(|m| {
+        requirement(
+            PlanInput {
+                peak_rps: peak,
+                capacity_rps: m,
+                replicas_tested: v.replicas.max(1),
+                gpus_per_replica: bounds.gpus_per_replica,
+                target_utilization: bounds.utilization,
+            },
+            bounds.min,
+            bounds.max,
+        )
+        .ok()
+    });
+    let message = match (&proposal, measured) {
+        (Some(p), Some(m)) => format!(
+            "{} replicas fail at the peak ({peak} RPS): the highest passing rate is {m} RPS \
+             of {expected} RPS expected (scaling efficiency {eff_text}), {shortfall} RPS \
+             short; at the measured {:.3} RPS per replica the peak needs {} replicas ({})",
+            v.replicas,
+            m / f64::from(v.replicas.max(1)),
+            p.replicas,
+            arithmetic(&p.plan)
+        ),
+        _ => format!(
+            "{} replicas fail at the peak ({peak} RPS) and at every rate tried: no \
+             measured capacity on this topology",
+            v.replicas
+        ),
+    };
+    Verification {
+        state: Verification::SHORTFALL.into(),
+        measured_fleet_rps: measured,
+        scaling_efficiency: efficiency,
+        shortfall_rps: Some(shortfall),
+        proposed_replicas: proposal.map(|p| p.replicas),
+        message,
+        ..v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ModeCapacity, ServingPlanSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    fn ready(second: i64) -> Condition {
+        conditions::new(
+            READY,
+            Cond::True,
+            conditions::reason::SUCCEEDED,
+            "",
+            Some(1),
+            Time(at(second)),
+        )
+    }
+
+    fn point(rate: f64, verdict: &str) -> FinishedPoint {
+        FinishedPoint {
+            cache: CacheModeName::Cold,
+            kind: PointKind::Rate,
+            concurrency: None,
+            offered_rps: Some(rate),
+            repeat: 0,
+            achieved_rps: rate,
+            error_rate: Some(0.0),
+            weakest_class: Some("long".into()),
+            weakest_attainment: Some(0.97),
+            weakest_successes: Some(3000),
+            queue_trend: Some("flat".into()),
+            slos_met: false,
+            valid: true,
+            verdict: verdict.into(),
+            reasons: vec![],
+            result_config_map: None,
+        }
+    }
+
+    /// A benchmark that measured 24 RPS on 4 replicas (cold), Ready at t = 1,000.
+    fn benchmark() -> CapacityBenchmark {
+        let yaml = String::from(
+            "apiVersion: goodput.dev/v1alpha1\nkind: CapacityBenchmark\nmetadata: {name: qwen, \
+             namespace: llm, generation: 1}\nspec:\n  target: {service: {name: qwen, port: \
+             8000}, replicas: 4, gpusPerReplica: 2}\n  workload:\n    manifestConfigMap: \
+             {name: m}\n",
+        );
+        let mut cb: CapacityBenchmark = serde_saphyr::from_str(&yaml).unwrap();
+        cb.status = Some(CapacityBenchmarkStatus {
+            phase: Some(Phase::Succeeded),
+            observed_generation: Some(1),
+            conditions: vec![ready(1_000)],
+            points: vec![point(24.0, "pass"), point(30.0, "fail")],
+            modes: vec![ModeCapacity {
+                cache: CacheModeName::Cold,
+                capacity_rps: Some(24.0),
+                capacity_per_replica_rps: Some(6.0),
+            }],
+            capacity_rps: Some(24.0),
+            pack: Some("pvc/results/qwen/g1/".into()),
+            ..Default::default()
+        });
+        cb
+    }
+
+    #[test]
+    fn a_ready_benchmark_gives_its_capacity_point_as_evidence() {
+        let e = benchmark_capacity(&benchmark(), None, at(2_000), None).unwrap();
+        assert_eq!((e.capacity_rps, e.replicas_tested), (24.0, 4));
+        assert_eq!(e.per_replica(), 6.0);
+        assert_eq!(e.gpus_per_replica, Some(2));
+        assert_eq!(e.record.weakest_class.as_deref(), Some("long"));
+        assert_eq!(e.record.weakest_attainment, Some(0.97));
+        assert_eq!(e.record.pack.as_deref(), Some("pvc/results/qwen/g1/"));
+        assert_eq!(e.record.measured_at, Some(Time(at(1_000))));
+    }
+
+    #[test]
+    fn stale_unfinished_or_failing_evidence_is_refused_with_each_reason() {
+        let day = Some(Duration::from_secs(86_400));
+        let old = benchmark_capacity(&benchmark(), None, at(1_000 + 2 * 86_400), day).unwrap_err();
+        assert_eq!(old.len(), 1);
+        assert!(
+            old[0].contains("2d old") && old[0].contains("evidenceMaxAge 24h"),
+            "{old:?}"
+        );
+
+        let mut running = benchmark();
+        running.status.as_mut().unwrap().phase = Some(Phase::Running);
+        let e = benchmark_capacity(&running, None, at(2_000), None).unwrap_err();
+        assert!(e[0].contains("not Ready (phase Running)"), "{e:?}");
+
+        let mut changed = benchmark();
+        changed.metadata.generation = Some(2);
+        let e = benchmark_capacity(&changed, None, at(2_000), None).unwrap_err();
+        assert!(e[0].contains("spec changed"), "{e:?}");
+
+        let mut none = benchmark();
+        none.status.as_mut().unwrap().modes[0].capacity_rps = None;
+        let e = benchmark_capacity(&none, None, at(1_000 + 2 * 86_400), day).unwrap_err();
+        assert_eq!(e.len(), 2, "both reasons: {e:?}");
+        assert!(e[0].contains("no passing point"));
+
+        let e = benchmark_capacity(&benchmark(), Some(CacheModeName::Warm), at(2_000), None)
+            .unwrap_err();
+        assert!(e[0].contains("no result for cache mode warm"), "{e:?}");
+    }
+
+    fn plan() -> ServingPlan {
+        let spec: ServingPlanSpec = serde_json::from_value(json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen"},
+            "capacity": {"benchmarkRef": {"name": "qwen"}},
+            "peak": {"rps": 36.0},
+        }))
+        .unwrap();
+        let mut p = ServingPlan::new("chat", spec);
+        p.metadata.namespace = Some("llm".into());
+        p.metadata.uid = Some("u1".into());
+        p
+    }
+
+    #[test]
+    fn the_revalidation_benchmark_tries_the_peak_the_linear_expectation_and_below() {
+        let mut evidence = benchmark_capacity(&benchmark(), None, at(2_000), None).unwrap();
+        evidence.benchmark = Some(benchmark());
+        let inputs = VerificationInputs {
+            replicas: 8,
+            peak: 36.0,
+            identity: "model=x",
+        };
+        let cb = verification_benchmark(&plan(), &evidence, inputs).unwrap();
+        let rates = &cb.spec.experiments.rate_sweep.as_ref().unwrap().rates;
+        assert_eq!(rates, &[12.0, 24.0, 36.0, 48.0]);
+        assert_eq!(cb.spec.target.replicas, Some(8));
+        assert_eq!(cb.spec.target.service.as_ref().unwrap().name, "qwen");
+        assert_eq!(cb.spec.experiments.cache_modes, [CacheModeName::Cold]);
+        assert!(cb.spec.experiments.saturation.is_none());
+        assert!(cb.name_any().starts_with("chat-verify-r8-"));
+        let owner = &cb.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("ServingPlan", Some(true))
+        );
+
+        // Without a Service to aim at, nothing is built and the reason says what to set.
+        let mut typed = plan();
+        typed.spec.capacity.benchmark_ref = None;
+        typed.spec.capacity.per_replica_rps = Some(6.0);
+        evidence.benchmark = None;
+        let why = verification_benchmark(
+            &typed,
+            &evidence,
+            VerificationInputs {
+                replicas: 8,
+                peak: 36.0,
+                identity: "",
+            },
+        )
+        .unwrap_err();
+        assert!(why.contains("spec.revalidation.service"), "{why}");
+    }
+
+    fn running(replicas: u32, peak: f64, expected: f64) -> Verification {
+        Verification {
+            replicas,
+            identity: "i".into(),
+            benchmark: "chat-verify".into(),
+            state: Verification::RUNNING.into(),
+            peak_rps: Some(peak),
+            expected_fleet_rps: Some(expected),
+            ..Default::default()
+        }
+    }
+
+    fn finished(points: Vec<FinishedPoint>, capacity: Option<f64>) -> CapacityBenchmarkStatus {
+        CapacityBenchmarkStatus {
+            phase: Some(Phase::Succeeded),
+            points,
+            modes: vec![ModeCapacity {
+                cache: CacheModeName::Cold,
+                capacity_rps: capacity,
+                capacity_per_replica_rps: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    const BOUNDS: PlanBounds = PlanBounds {
+        utilization: 0.75,
+        gpus_per_replica: 2,
+        min: 1,
+        max: None,
+    };
+
+    #[test]
+    fn a_linear_fleet_is_verified_with_its_efficiency() {
+        let status = finished(
+            vec![
+                point(24.0, "pass"),
+                point(36.0, "pass"),
+                point(48.0, "pass"),
+            ],
+            Some(48.0),
+        );
+        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheModeName::Cold, BOUNDS);
+        assert_eq!(v.state, Verification::VERIFIED);
+        assert_eq!(v.scaling_efficiency, Some(1.0));
+        assert_eq!(v.shortfall_rps, None);
+        assert!(v.message.contains("efficiency 100%"), "{}", v.message);
+    }
+
+    #[test]
+    fn a_capped_fleet_falls_short_and_proposes_from_what_it_measured() {
+        let status = finished(
+            vec![
+                point(24.0, "pass"),
+                point(36.0, "fail"),
+                point(48.0, "fail"),
+            ],
+            Some(24.0),
+        );
+        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheModeName::Cold, BOUNDS);
+        assert_eq!(v.state, Verification::SHORTFALL);
+        assert_eq!(v.measured_fleet_rps, Some(24.0));
+        assert_eq!(v.scaling_efficiency, Some(0.5));
+        assert_eq!(v.shortfall_rps, Some(12.0));
+        // 24 RPS on 8 replicas = 3 per replica: ceil(36 / (3 × 0.75)) = 16.
+        assert_eq!(v.proposed_replicas, Some(16));
+        assert!(v.message.contains("needs 16 replicas"), "{}", v.message);
+
+        let none = finished(vec![point(24.0, "fail")], None);
+        let v = verification_outcome(running(8, 36.0, 48.0), &none, CacheModeName::Cold, BOUNDS);
+        assert_eq!(
+            (v.state.as_str(), v.proposed_replicas),
+            (Verification::SHORTFALL, None)
+        );
+        assert_eq!(v.shortfall_rps, Some(36.0));
+
+        let mut failed = finished(vec![], None);
+        failed.phase = Some(Phase::Failed);
+        let v = verification_outcome(running(8, 36.0, 48.0), &failed, CacheModeName::Cold, BOUNDS);
+        assert_eq!(v.state, Verification::FAILED);
+    }
+}

@@ -1,0 +1,559 @@
+//! `ServingPlan` on the in-repo test cluster: the real API server double, the real
+//! `kube::Client`, the operator as its own process, the workload a Deployment of
+//! `goodput serve-sim` pods (time scale 5) behind a Service.
+//!
+//! The evidence is a CapacityBenchmark whose result (24 RPS on 4 replicas, the seed's
+//! worked example) is written through `/status` before the operator starts, so the plan's
+//! arithmetic is checked on known numbers; the revalidations are real measurements of the
+//! scaled Deployment.
+
+#[path = "support/prometheus.rs"]
+mod fake_prometheus;
+#[path = "support/operator.rs"]
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use goodput::api::conditions::plan::{self as plan_cond, reason};
+use goodput::api::{CapacityBenchmark, ServingPlan, Verification};
+use harness::{MANIFEST, Operator, Setup, setup};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Event, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Plans measure latency on a 2-core machine: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const NS: &str = "default";
+/// What the evidence was measured on, as the Deployment's annotations declare it.
+const IDENTITY: [(&str, &str); 5] = [
+    ("goodput.dev/model", "Qwen/Qwen2.5-7B-Instruct"),
+    ("goodput.dev/model-revision", "r1-fixture"),
+    ("goodput.dev/engine-version", "0.1.0"),
+    ("goodput.dev/tp", "1"),
+    ("goodput.dev/workload-mix", "chat=0.5,long=0.5"),
+];
+
+/// A Deployment `name` of `replicas` simulated engines labelled `app: <app>`, annotated
+/// with `annotations`.
+fn engines(name: &str, app: &str, replicas: u32, annotations: &[(&str, &str)]) -> Deployment {
+    let annotations: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {"containers": [{
+                    "name": "engine", "image": "goodput",
+                    "args": ["serve-sim", "--host", "$(POD_IP)", "--port", "8000",
+                             "--time-scale", "5", "--stream-interval", "8"],
+                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                    "ports": [{"name": "http", "containerPort": 8000}],
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1}
+                }]}
+            }
+        }
+    }))
+    .expect("a Deployment")
+}
+
+/// The Service `qwen` in front of the pods labelled `app: <app>`.
+fn service(app: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "qwen"},
+        "spec": {"selector": {"app": app}, "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]}
+    }))
+    .expect("a Service")
+}
+
+/// The evidence: a benchmark of Service `qwen` that measured 24 RPS on 4 replicas (2 GPUs
+/// each), its result written through `/status` as the operator writes a finished run.
+async fn evidence(client: &kube::Client) {
+    let yaml = format!(
+        r#"apiVersion: goodput.dev/v1alpha1
+kind: CapacityBenchmark
+metadata: {{name: qwen-capacity, namespace: {NS}}}
+spec:
+  target:
+    service: {{name: qwen, port: 8000}}
+    replicas: 4
+    gpusPerReplica: 2
+    timeScale: 5
+  workload:
+    manifest:{MANIFEST}
+  experiments:
+    rateSweep: {{rates: [24, 30]}}
+  peak: {{rps: 36}}
+"#
+    );
+    let cb: CapacityBenchmark = serde_saphyr::from_str(&yaml).expect("benchmark YAML");
+    let api: Api<CapacityBenchmark> = Api::namespaced(client.clone(), NS);
+    let created = api
+        .create(&PostParams::default(), &cb)
+        .await
+        .expect("created");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let point = |rate: f64, verdict: &str| {
+        json!({"cache": "cold", "kind": "rate", "offeredRps": rate, "achievedRps": rate,
+               "errorRate": 0.0, "weakestClass": "long", "weakestAttainment": 0.962,
+               "weakestSuccesses": 2400, "queueTrend": "flat", "valid": true,
+               "verdict": verdict})
+    };
+    let status = json!({"status": {
+        "phase": "Succeeded",
+        "observedGeneration": created.metadata.generation,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                        "message": "capacity 24 RPS", "lastTransitionTime": now,
+                        "observedGeneration": created.metadata.generation}],
+        "target": "svc/qwen",
+        "points": [point(24.0, "pass"), point(30.0, "fail")],
+        "modes": [{"cache": "cold", "capacityRps": 24.0, "capacityPerReplicaRps": 6.0}],
+        "capacityRps": 24.0,
+        "capacityPerReplicaRps": 6.0,
+        "pack": "pvc/results/qwen-capacity/g1/",
+    }});
+    api.patch_status(
+        "qwen-capacity",
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .expect("the result is written");
+}
+
+fn plan_yaml(mode: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: goodput.dev/v1alpha1
+kind: ServingPlan
+metadata: {{name: qwen-chat, namespace: {NS}}}
+spec:
+  targetRef: {{apiVersion: apps/v1, kind: Deployment, name: qwen}}
+  capacity: {{benchmarkRef: {{name: qwen-capacity}}}}
+  peak: {{rps: 36}}
+  gpusPerReplica: 2
+  mode: {mode}
+{extra}"#
+    )
+}
+
+async fn create_plan(client: &kube::Client, yaml: &str) {
+    let plan: ServingPlan = serde_saphyr::from_str(yaml).expect("plan YAML");
+    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
+    api.create(&PostParams::default(), &plan)
+        .await
+        .expect("the plan is accepted");
+}
+
+/// Polls the plan until `done` holds, or panics after `timeout` with its status.
+async fn plan_until(
+    client: &kube::Client,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&ServingPlan) -> bool,
+) -> ServingPlan {
+    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let plan = api.get("qwen-chat").await.expect("the plan reads");
+        if done(&plan) {
+            return plan;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:#?}",
+            plan.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn condition<'a>(plan: &'a ServingPlan, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let c = plan
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+async fn warnings(client: &kube::Client, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+fn operator(s: &Setup) -> Operator {
+    s.operator(
+        "goodput",
+        &["--shard-start-lead-s", "5", "--plan-resync-s", "1"],
+    )
+}
+
+async fn deploy(client: &kube::Client, d: Deployment) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("Deployment");
+}
+
+/// The seed's worked example end to end: evidence from another revision and TP size is
+/// refused naming each difference; once the Deployment declares what was measured, the
+/// plan proposes `ceil(36 / (6 × 0.75)) = 8` replicas and 16 GPUs (what `goodput plan`
+/// computes); in Apply mode `/scale` goes to 8, the cluster starts 8 engines, and the
+/// revalidation measures them and records `Verified` with the scaling efficiency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_is_refused_on_other_evidence_then_proposed_applied_and_verified() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let c = &s.client;
+    let mismatched = [
+        IDENTITY[0],
+        ("goodput.dev/model-revision", "r2"),
+        IDENTITY[2],
+        ("goodput.dev/tp", "2"),
+        IDENTITY[4],
+    ];
+    deploy(c, engines("qwen", "qwen", 4, &mismatched)).await;
+    let services: Api<Service> = Api::namespaced(c.clone(), NS);
+    services
+        .create(&PostParams::default(), &service("qwen"))
+        .await
+        .expect("Service");
+    evidence(c).await;
+    let _op = operator(&s);
+    create_plan(c, &plan_yaml("Propose", "")).await;
+
+    // Refused: each difference named, a Warning, no proposal.
+    let refused = plan_until(c, Duration::from_secs(30), "refused evidence", |p| {
+        condition(p, plan_cond::EVIDENCE_VALID).is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let (_, why, message) = condition(&refused, plan_cond::EVIDENCE_VALID).unwrap();
+    assert_eq!(why, reason::EVIDENCE_REFUSED);
+    assert!(
+        message.contains("model revision") && message.contains("r2"),
+        "{message}"
+    );
+    assert!(
+        message.contains("TP") || message.contains("tp"),
+        "{message}"
+    );
+    let status = refused.status.as_ref().unwrap();
+    assert_eq!(
+        status.proposed_replicas, None,
+        "nothing proposed on refused evidence"
+    );
+    assert_eq!(status.evidence.as_ref().unwrap().refused.len(), 2);
+    assert_eq!(condition(&refused, "Ready").unwrap().0, "False");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !warnings(c, reason::EVIDENCE_REFUSED).await.is_empty(),
+        "a Warning Event"
+    );
+
+    // The Deployment now declares what was measured: the worked example.
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
+    let annotations: serde_json::Map<String, Value> = IDENTITY
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    deployments
+        .patch(
+            "qwen",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .expect("annotations");
+    let proposed = plan_until(c, Duration::from_secs(30), "a proposal", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.proposed_replicas.is_some())
+    })
+    .await;
+    let st = proposed.status.as_ref().unwrap();
+    assert_eq!(st.peak_rps, Some(36.0));
+    assert_eq!(st.capacity_per_replica_rps, Some(6.0));
+    assert_eq!(
+        (st.current_replicas, st.proposed_replicas, st.proposed_gpus),
+        (Some(4), Some(8), Some(16))
+    );
+    assert_eq!(st.arithmetic[0], "ceil(36 / (6 × 0.75)) = ceil(8) = 8");
+    let ev = st.evidence.as_ref().unwrap();
+    assert_eq!(ev.source, "CapacityBenchmark qwen-capacity");
+    assert_eq!((ev.capacity_rps, ev.replicas_tested), (Some(24.0), Some(4)));
+    assert_eq!(ev.weakest_class.as_deref(), Some("long"));
+    assert_eq!(ev.pack.as_deref(), Some("pvc/results/qwen-capacity/g1/"));
+    assert_eq!(condition(&proposed, "Ready").unwrap().1, reason::PROPOSED);
+    assert_eq!(
+        condition(&proposed, plan_cond::APPLIED).unwrap().1,
+        reason::PROPOSE_ONLY
+    );
+    let d = deployments.get("qwen").await.unwrap();
+    assert_eq!(d.spec.replicas, Some(4), "Propose writes nothing");
+
+    // `goodput plan` computes the same from the same figures.
+    let out = std::process::Command::new(harness::GOODPUT)
+        .args([
+            "plan",
+            "--peak-rps",
+            "36",
+            "--capacity-rps",
+            "24",
+            "--replicas-tested",
+            "4",
+            "--gpus-per-replica",
+            "2",
+            "--output",
+            "json",
+        ])
+        .output()
+        .expect("goodput plan");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("plan --output json");
+    assert_eq!(json["required_replicas"], 8);
+    assert_eq!(json["required_gpus"], 16);
+
+    // Apply: /scale to 8, then a revalidation of the 8 replicas.
+    let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
+    plans
+        .patch(
+            "qwen-chat",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mode": "Apply"}})),
+        )
+        .await
+        .expect("mode Apply");
+    let applied = plan_until(c, Duration::from_secs(30), "applied", |p| {
+        condition(p, plan_cond::APPLIED).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let a = applied.status.as_ref().unwrap().applied.clone().unwrap();
+    assert_eq!((a.replicas, a.via.as_str()), (8, "scale"));
+    let d = deployments.get("qwen").await.unwrap();
+    assert_eq!(d.spec.replicas, Some(8));
+
+    let verified = plan_until(c, Duration::from_secs(240), "a verification", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.verification.as_ref())
+            .is_some_and(|v| v.state != Verification::RUNNING)
+    })
+    .await;
+    let v = verified
+        .status
+        .as_ref()
+        .unwrap()
+        .verification
+        .clone()
+        .unwrap();
+    assert_eq!(v.replicas, 8);
+    assert_eq!(v.expected_fleet_rps, Some(48.0));
+    assert_eq!(v.state, Verification::VERIFIED, "{v:#?}");
+    // Eight engines each carry far more than the 6 RPS the evidence credits them with: the
+    // linear expectation passes and the sweep goes on above it (the driver adds rates
+    // while they pass), so the efficiency is above 1. No simulated engine of this preset
+    // serves 20 RPS of this mix, so eight cannot exceed 160.
+    let measured = v.measured_fleet_rps.expect("a measured fleet capacity");
+    assert!((48.0..160.0).contains(&measured), "{measured}");
+    assert_eq!(
+        v.scaling_efficiency,
+        Some((measured / 48.0 * 1000.0).round() / 1000.0)
+    );
+    let (status, why, _) = condition(&verified, plan_cond::VERIFIED).unwrap();
+    assert_eq!((status, why), ("True", reason::VERIFIED));
+    // The revalidation benchmark is the plan's own.
+    let cbs: Api<CapacityBenchmark> = Api::namespaced(c.clone(), NS);
+    let own = cbs
+        .get(&v.benchmark)
+        .await
+        .expect("the revalidation benchmark");
+    assert_eq!(
+        own.metadata.owner_references.unwrap()[0].kind,
+        "ServingPlan"
+    );
+    assert_eq!(own.spec.target.replicas, Some(8));
+}
+
+/// A fleet that cannot scale linearly: the Deployment goes to 8 replicas but its Service
+/// reaches a fixed pair of engines (a shared bottleneck), so the peak fails on the new
+/// topology: `Verified=False` with the shortfall, the scaling efficiency and a proposal
+/// from the measured capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_behind_a_shared_bottleneck_is_not_verified_and_gets_a_measured_proposal() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let c = &s.client;
+    deploy(c, engines("qwen", "qwen", 8, &IDENTITY)).await;
+    deploy(c, engines("bottleneck", "bottleneck", 2, &IDENTITY)).await;
+    let services: Api<Service> = Api::namespaced(c.clone(), NS);
+    services
+        .create(&PostParams::default(), &service("bottleneck"))
+        .await
+        .expect("Service");
+    evidence(c).await;
+    let _op = operator(&s);
+    create_plan(c, &plan_yaml("Propose", "")).await;
+    let done = plan_until(c, Duration::from_secs(240), "a verification", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.verification.as_ref())
+            .is_some_and(|v| v.state != Verification::RUNNING)
+    })
+    .await;
+    let v = done.status.as_ref().unwrap().verification.clone().unwrap();
+    assert_eq!(v.state, Verification::SHORTFALL, "{v:#?}");
+    assert_eq!(v.expected_fleet_rps, Some(48.0));
+    // Two engines carry about 26 RPS of this mix: a quarter of the expectation (12 RPS)
+    // passes, the peak (36) and the expectation (48) do not.
+    let measured = v.measured_fleet_rps.expect("a rate passed");
+    assert!(measured == 12.0 || measured == 24.0, "{measured}");
+    assert_eq!(v.scaling_efficiency, Some(measured / 48.0));
+    assert_eq!(v.shortfall_rps, Some(36.0 - measured));
+    let per_replica = measured / 8.0;
+    let expected = (36.0 / (per_replica * 0.75)).ceil() as u32;
+    assert_eq!(v.proposed_replicas, Some(expected));
+    let (status, why, message) = condition(&done, plan_cond::VERIFIED).unwrap();
+    assert_eq!((status, why), ("False", reason::SHORTFALL));
+    assert!(message.contains("short"), "{message}");
+    // The plan now stands on the measured capacity of this topology.
+    let st = plan_until(c, Duration::from_secs(10), "the measured proposal", |p| {
+        p.status.as_ref().and_then(|s| s.proposed_replicas) == Some(expected)
+    })
+    .await;
+    assert!(st.status.unwrap().arithmetic[0].contains("measured on 8 replicas"));
+    assert!(
+        !warnings(c, reason::SHORTFALL).await.is_empty(),
+        "a Warning Event"
+    );
+}
+
+/// An HPA manages the workload: Apply raises its `minReplicas` instead of writing
+/// `/scale`, and an HPA whose maximum is below the proposal is a condition with nothing
+/// written. A Prometheus peak (P99 of a window of rates × growth) plans the same way, and
+/// a query that returns nothing is a condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let c = &s.client;
+    deploy(c, engines("qwen", "qwen", 4, &IDENTITY)).await;
+    evidence(c).await;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(c.clone(), NS);
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "qwen"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen"},
+                 "minReplicas": 2, "maxReplicas": 6}
+    }))
+    .unwrap();
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("HPA");
+    // 4,000 five-minute rates within the last 14 days (the oldest 10 minutes inside the
+    // window, the newest hours before now): k, 2k, ..., 4000k with k = 0.0075 RPS, so the
+    // nearest-rank P99 (rank 3,960) is 29.7 RPS.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let samples: Vec<(f64, f64)> = (0..4000)
+        .map(|i| {
+            let t = now - 14.0 * 86_400.0 + 600.0 + 300.0 * f64::from(i);
+            (t, f64::from(i + 1) * 0.0075)
+        })
+        .collect();
+    let prometheus = fake_prometheus::FakePrometheus::start(vec![samples]).await;
+    let _op = operator(&s);
+    let extra = format!(
+        "  revalidation: {{enabled: false}}\n  peak:\n    prometheus: {{url: \"{}\", query: \
+         \"sum(rate(vllm:request_success_total[5m]))\", lookback: 336h, step: 5m, quantile: \
+         0.99, growthFactor: 1.2}}\n",
+        prometheus.url
+    );
+    let yaml = plan_yaml("Apply", &extra).replace("  peak: {rps: 36}\n", "");
+    create_plan(c, &yaml).await;
+
+    // P99 = 29.7 × 1.2 = 35.64 RPS → ceil(35.64 / (6 × 0.75)) = 8 > the HPA's maximum of 6.
+    let conflict = plan_until(c, Duration::from_secs(30), "the HPA conflict", |p| {
+        condition(p, plan_cond::APPLIED).is_some_and(|c| c.1 == reason::AUTOSCALER_MAX_CONFLICT)
+    })
+    .await;
+    let st = conflict.status.as_ref().unwrap();
+    assert_eq!(st.peak_rps, Some(35.64));
+    assert!(
+        st.peak_source.as_deref().unwrap().contains("P99"),
+        "{:?}",
+        st.peak_source
+    );
+    assert_eq!(
+        st.proposed_replicas,
+        Some(8),
+        "the proposal stands, unapplied"
+    );
+    let h = hpas.get("qwen").await.unwrap().spec;
+    assert_eq!(h.min_replicas, Some(2), "nothing written");
+    assert!(
+        prometheus
+            .queries()
+            .iter()
+            .any(|q| q.contains("request_success_total"))
+    );
+
+    // The HPA may reach 10: its minimum goes to 8, the Deployment's /scale is left to it.
+    hpas.patch(
+        "qwen",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxReplicas": 10}})),
+    )
+    .await
+    .expect("HPA max");
+    let applied = plan_until(c, Duration::from_secs(30), "applied through the HPA", |p| {
+        condition(p, plan_cond::APPLIED).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let a = applied.status.as_ref().unwrap().applied.clone().unwrap();
+    assert_eq!((a.replicas, a.via.as_str()), (8, "hpa/qwen"));
+    assert_eq!(hpas.get("qwen").await.unwrap().spec.min_replicas, Some(8));
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
+    assert_eq!(
+        deployments.get("qwen").await.unwrap().spec.replicas,
+        Some(4)
+    );
+
+    // A query that returns nothing: a condition, a Warning, no proposal.
+    prometheus.set(fake_prometheus::Answer::Empty);
+    let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
+    plans
+        .patch(
+            "qwen-chat",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"peak": {"prometheus": {"quantile": 0.95}}}})),
+        )
+        .await
+        .expect("a new quantile reads the peak again");
+    let empty = plan_until(c, Duration::from_secs(30), "the empty peak", |p| {
+        condition(p, "Ready").is_some_and(|c| c.1 == reason::PEAK_EMPTY)
+    })
+    .await;
+    assert_eq!(empty.status.as_ref().unwrap().proposed_replicas, None);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !warnings(c, reason::PEAK_EMPTY).await.is_empty(),
+        "a Warning Event"
+    );
+}
