@@ -2,14 +2,14 @@
 //! `CapacityBenchmark` in them passes `goodput lint --cluster` (and plain `goodput lint`
 //! but for a Service target, which only the operator resolves), and every document of
 //! every example (the benchmarks, and the Deployments and Services beside them) is accepted by an API
-//! server with the committed CRD installed, its schema and CEL rules included, and reads
+//! server with the committed CRDs installed, their schemas and CEL rules included, and reads
 //! back as written. The directory is listed, so a new example is covered without a change
 //! here. No operator runs: whether a benchmark reaches `Ready` is the operator tests' part.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use goodput::api::CapacityBenchmark;
+use goodput::api::{CapacityBenchmark, ServingPlan};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount,
@@ -29,7 +29,7 @@ const NOT_BENCHMARKS: &[&str] = &[
     "workload-manifest.yaml",
 ];
 
-const CRD_FILE: &str = "crds/capacitybenchmark.yaml";
+const CRD_FILES: [&str; 2] = ["crds/capacitybenchmark.yaml", "crds/servingplan.yaml"];
 #[path = "support/crd.rs"]
 mod crd;
 const BENCHMARK_KIND: &str = "CapacityBenchmark";
@@ -266,6 +266,7 @@ fn unknown_fields(doc: &Document) -> Vec<String> {
         ("v1", "ServiceAccount") => ignored::<ServiceAccount>(&doc.value),
         ("v1", "PersistentVolumeClaim") => ignored::<PersistentVolumeClaim>(&doc.value),
         ("goodput.dev/v1alpha1", BENCHMARK_KIND) => ignored::<CapacityBenchmark>(&doc.value),
+        ("goodput.dev/v1alpha1", "ServingPlan") => ignored::<ServingPlan>(&doc.value),
         (version, kind) => panic!(
             "{version} {kind} ({}): add its k8s-openapi type to unknown_fields",
             doc.name()
@@ -317,11 +318,13 @@ async fn client(cluster: &Cluster) -> kube::Client {
     kube::Client::try_from(config).expect("client builds")
 }
 
-/// Installs the committed CRD (the file a user applies with the examples) and waits until
-/// it is established.
+/// Installs the committed CRDs (the files a user applies with the examples) and waits
+/// until each is established.
 async fn install_crd(client: &kube::Client) {
-    let yaml = std::fs::read_to_string(repo().join(CRD_FILE)).expect("the CRD file reads");
-    crd::install_crd(client, &yaml).await;
+    for file in CRD_FILES {
+        let yaml = std::fs::read_to_string(repo().join(file)).expect("the CRD file reads");
+        crd::install_crd(client, &yaml).await;
+    }
 }
 
 /// A namespace name for an example: `example-` and the file's stem, as a DNS label.
@@ -475,4 +478,28 @@ fn differences_finds_what_the_server_dropped_or_changed() {
             "spec.replicas: sent 1, stored 2",
         ]
     );
+}
+
+/// The vLLM example's Deployment declares (args, image tag, annotation) exactly what its
+/// benchmark's manifest measured, so the ServingPlan beside them uses the evidence.
+#[test]
+fn the_vllm_examples_deployment_matches_its_benchmarks_manifest() {
+    let path = repo().join("examples/capacity-benchmark-vllm.yaml");
+    let text = std::fs::read_to_string(&path).expect("the example reads");
+    let docs = documents(&path, &text);
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d.kind() == kind)
+            .unwrap_or_else(|| panic!("the example has a {kind}"))
+    };
+    let cb: CapacityBenchmark =
+        serde_json::from_value(of(BENCHMARK_KIND).value.clone()).expect("a benchmark");
+    let manifest = cb.spec.workload.manifest.expect("an inline manifest");
+    let declared = goodput::controller::workload::declared_identity(&of("Deployment").value);
+    let found = goodput::controller::workload::compare(&manifest, &declared);
+    assert!(found.refused.is_empty(), "{:?}", found.refused);
+    assert!(found.unchecked.is_empty(), "{:?}", found.unchecked);
+    let plan: ServingPlan =
+        serde_json::from_value(of("ServingPlan").value.clone()).expect("a plan");
+    assert_eq!(plan.spec.target_ref.name, of("Deployment").name());
 }

@@ -557,3 +557,168 @@ async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
         "a Warning Event"
     );
 }
+
+/// Patches the plan's spec (a JSON merge patch).
+async fn patch_plan(client: &kube::Client, spec: Value) {
+    let plans: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
+    plans
+        .patch(
+            "qwen-chat",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .expect("the plan is patched");
+}
+
+/// What needs no load: a target without `/scale`, a missing benchmark, a rejected scale
+/// write (a condition, a Warning, a retry with backoff, and never a half-written scale), a
+/// peak oscillating around a boundary (the proposal does not flap), a plan at rest (no
+/// status write), and a Prometheus query that does not answer in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_conditions_and_an_oscillating_peak_does_not_flap_the_proposal() {
+    let _serial = SERIAL.lock().await;
+    let s = setup().await;
+    let c = &s.client;
+    // The engines are never started (an image the cluster cannot pull): a plan reads only
+    // the Deployment and its /scale.
+    let mut d = engines("qwen", "qwen", 4, &IDENTITY);
+    if let Some(pod) = d.spec.template.spec.as_mut() {
+        pod.containers[0].image = Some("never-pulled".into());
+    }
+    deploy(c, d).await;
+    evidence(c).await;
+    let _op = operator(&s);
+
+    // A kind without /scale.
+    let yaml = plan_yaml("Apply", "  revalidation: {enabled: false}\n").replace(
+        "{apiVersion: apps/v1, kind: Deployment, name: qwen}",
+        "{apiVersion: v1, kind: ConfigMap, name: qwen}",
+    );
+    create_plan(c, &yaml).await;
+    let p = plan_until(c, Duration::from_secs(30), "no /scale", |p| {
+        condition(p, "Ready").is_some_and(|c| c.1 == reason::NO_SCALE_SUBRESOURCE)
+    })
+    .await;
+    assert!(
+        condition(&p, "Ready")
+            .unwrap()
+            .2
+            .contains("v1 ConfigMap has no /scale")
+    );
+
+    // The Deployment, and a benchmark that does not exist.
+    patch_plan(
+        c,
+        json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen"},
+               "capacity": {"benchmarkRef": {"name": "missing"}}}),
+    )
+    .await;
+    let p = plan_until(c, Duration::from_secs(30), "a missing benchmark", |p| {
+        condition(p, plan_cond::EVIDENCE_VALID).is_some_and(|c| c.1 == reason::BENCHMARK_NOT_FOUND)
+    })
+    .await;
+    assert!(
+        condition(&p, plan_cond::EVIDENCE_VALID)
+            .unwrap()
+            .2
+            .contains("missing")
+    );
+
+    // Two rejected scale writes: a condition and a Warning, then the retry succeeds.
+    s.cluster
+        .faults()
+        .fail_next("patch", "apps", "deployments/scale", 2, 500);
+    patch_plan(
+        c,
+        json!({"capacity": {"benchmarkRef": {"name": "qwen-capacity"}}}),
+    )
+    .await;
+    plan_until(c, Duration::from_secs(30), "a failed scale write", |p| {
+        condition(p, plan_cond::APPLIED).is_some_and(|c| c.1 == reason::SCALE_FAILED)
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
+    assert_eq!(
+        deployments.get("qwen").await.unwrap().spec.replicas,
+        Some(4)
+    );
+    let p = plan_until(c, Duration::from_secs(60), "the retried write", |p| {
+        condition(p, plan_cond::APPLIED).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(p.status.unwrap().applied.unwrap().replicas, 8);
+    assert_eq!(
+        deployments.get("qwen").await.unwrap().spec.replicas,
+        Some(8)
+    );
+    assert!(
+        !warnings(c, reason::SCALE_FAILED).await.is_empty(),
+        "a Warning Event"
+    );
+
+    // A peak oscillating around the 8/9 boundary: up to 9 at once, then held there through
+    // the scale-down cooldown (15 minutes by default) however often it dips.
+    patch_plan(c, json!({"mode": "Propose"})).await;
+    for (peak, round) in [(36.1, 0), (35.9, 1), (36.1, 2), (35.9, 3)] {
+        patch_plan(c, json!({"peak": {"rps": peak}})).await;
+        let p = plan_until(c, Duration::from_secs(30), "the new peak", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.peak_rps == Some(peak) && s.observed_generation == p.metadata.generation
+            })
+        })
+        .await;
+        let st = p.status.unwrap();
+        assert_eq!(
+            st.proposed_replicas,
+            Some(9),
+            "round {round}: {:?}",
+            st.arithmetic
+        );
+        let required = if peak > 36.0 { 9 } else { 8 };
+        assert_eq!(st.required_replicas, Some(required));
+        if required == 8 {
+            assert!(
+                st.arithmetic.iter().any(|l| l.starts_with("held at 9")),
+                "{:?}",
+                st.arithmetic
+            );
+        }
+    }
+
+    // At rest: resyncs every second write nothing.
+    let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
+    let before = plans
+        .get("qwen-chat")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = plans
+        .get("qwen-chat")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(before, after, "no status write when nothing changed");
+
+    // A Prometheus that never answers: the query's timeout is a condition.
+    let prometheus = fake_prometheus::FakePrometheus::start(vec![]).await;
+    prometheus.set(fake_prometheus::Answer::Hang);
+    patch_plan(
+        c,
+        json!({"peak": {"rps": null, "prometheus": {"url": prometheus.url, "query": "sum(rate(x[5m]))", "timeout": "1s"}}}),
+    )
+    .await;
+    let p = plan_until(c, Duration::from_secs(30), "a timed-out peak", |p| {
+        condition(p, "Ready").is_some_and(|c| c.1 == reason::PEAK_QUERY_FAILED)
+    })
+    .await;
+    assert!(
+        condition(&p, "Ready").unwrap().2.contains("within 1s"),
+        "{:?}",
+        condition(&p, "Ready")
+    );
+    assert_eq!(p.status.unwrap().proposed_replicas, None);
+}
