@@ -388,6 +388,69 @@ async fn the_worked_example_is_refused_on_other_evidence_then_proposed_applied_a
         "ServingPlan"
     );
     assert_eq!(own.spec.target.replicas, Some(8));
+
+    // The Deployment now declares another engine version: the benchmark no longer matches
+    // it, so the plan measures the workload as it runs now and plans on that measurement.
+    deployments
+        .patch(
+            "qwen",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"goodput.dev/engine-version": "0.2.0"}}}),
+            ),
+        )
+        .await
+        .expect("a new engine version");
+    let again = plan_until(
+        c,
+        Duration::from_secs(240),
+        "evidence from a revalidation",
+        |p| condition(p, plan_cond::EVIDENCE_VALID).is_some_and(|c| c.1 == reason::REVALIDATED),
+    )
+    .await;
+    let st = again.status.as_ref().unwrap();
+    let v = st.verification.as_ref().unwrap();
+    assert!(v.identity.contains("engine=0.2.0"), "{v:#?}");
+    assert_eq!((v.replicas, v.state.as_str()), (8, Verification::VERIFIED));
+    let ev = st.evidence.as_ref().unwrap();
+    assert_eq!(
+        ev.source,
+        format!("CapacityBenchmark {} (revalidation)", v.benchmark)
+    );
+    assert_eq!(ev.capacity_rps, v.measured_fleet_rps);
+    assert!(
+        ev.reason.as_deref().unwrap().contains("engine version"),
+        "{ev:#?}"
+    );
+    // Its benchmark's manifest says what it measured: the new version on 8 replicas.
+    let own = cbs
+        .get(&v.benchmark)
+        .await
+        .expect("the new revalidation benchmark");
+    let manifest = own.spec.workload.manifest.expect("an inline manifest");
+    assert_eq!(manifest.engine.version, "0.2.0");
+    assert_eq!(manifest.engine.placement.replicas, 8);
+    // The older revalidation is gone; the proposal holds at 8 through the cooldown.
+    let all = cbs.list(&Default::default()).await.unwrap().items;
+    let verifications = all
+        .iter()
+        .filter(|b| b.metadata.owner_references.is_some())
+        .count();
+    assert_eq!(verifications, 1);
+    let st = plan_until(
+        c,
+        Duration::from_secs(30),
+        "a proposal on the new evidence",
+        |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.proposed_replicas.is_some())
+        },
+    )
+    .await
+    .status
+    .unwrap();
+    assert_eq!(st.proposed_replicas, Some(8), "{:?}", st.arithmetic);
 }
 
 /// A fleet that cannot scale linearly: the Deployment goes to 8 replicas but its Service
@@ -445,7 +508,7 @@ async fn a_fleet_behind_a_shared_bottleneck_is_not_verified_and_gets_a_measured_
 
 /// An HPA manages the workload: Apply raises its `minReplicas` instead of writing
 /// `/scale`, and an HPA whose maximum is below the proposal is a condition with nothing
-/// written. A Prometheus peak (P99 of a window of rates × growth) plans the same way, and
+/// written; a KEDA ScaledObject gets its `minReplicaCount` raised the same way. A Prometheus peak (P99 of a window of rates × growth) plans the same way, and
 /// a query that returns nothing is a condition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
@@ -533,6 +596,42 @@ async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
     assert_eq!(
         deployments.get("qwen").await.unwrap().spec.replicas,
         Some(4)
+    );
+
+    // KEDA instead of the HPA: its ScaledObject's minReplicaCount is raised.
+    hpas.delete("qwen", &Default::default())
+        .await
+        .expect("HPA deleted");
+    install_keda_crd(c).await;
+    let keda = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let scaled: Api<kube::api::DynamicObject> = Api::namespaced_with(c.clone(), NS, &keda);
+    let so: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "qwen"},
+        "spec": {"scaleTargetRef": {"name": "qwen"}, "minReplicaCount": 1, "maxReplicaCount": 20,
+                 "triggers": [{"type": "prometheus", "metadata": {"query": "x", "threshold": "5"}}]}
+    }))
+    .unwrap();
+    scaled
+        .create(&PostParams::default(), &so)
+        .await
+        .expect("ScaledObject");
+    let applied = plan_until(c, Duration::from_secs(30), "applied through KEDA", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.applied.as_ref())
+            .is_some_and(|a| a.via == "scaledobject/qwen")
+    })
+    .await;
+    assert_eq!(applied.status.unwrap().applied.unwrap().replicas, 8);
+    let so = scaled.get("qwen").await.unwrap();
+    assert_eq!(so.data["spec"]["minReplicaCount"], 8);
+    assert_eq!(
+        so.data["spec"]["maxReplicaCount"], 20,
+        "only the minimum is written"
     );
 
     // A query that returns nothing: a condition, a Warning, no proposal.
@@ -721,4 +820,34 @@ async fn faults_are_conditions_and_an_oscillating_peak_does_not_flap_the_proposa
         condition(&p, "Ready")
     );
     assert_eq!(p.status.unwrap().proposed_replicas, None);
+}
+
+/// KEDA's ScaledObject CRD, as far as a plan reads it (its schema left open).
+async fn install_keda_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "scaledobjects.keda.sh"},
+        "spec": {
+            "group": "keda.sh",
+            "names": {"kind": "ScaledObject", "plural": "scaledobjects", "singular": "scaledobject"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("KEDA CRD");
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        "scaledobjects.keda.sh",
+        kube::runtime::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(30), established)
+        .await
+        .expect("established in time")
+        .expect("watching the CRD");
 }

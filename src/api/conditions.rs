@@ -69,6 +69,9 @@ pub mod plan {
         pub const PROPOSED: &str = "Proposed";
         /// The evidence is used.
         pub const MATCHED: &str = "Matched";
+        /// The benchmark no longer matches what the workload runs; a revalidation of the
+        /// workload as it runs now is used instead.
+        pub const REVALIDATED: &str = "Revalidated";
         /// The evidence does not match the workload, is stale, or has no passing point.
         pub const EVIDENCE_REFUSED: &str = "EvidenceRefused";
         /// The referenced CapacityBenchmark does not exist.

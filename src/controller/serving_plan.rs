@@ -36,6 +36,7 @@ use crate::api::{
 };
 use crate::planning::PlanInput;
 use crate::planning::serving::{arithmetic, duration_text, requirement, stabilize};
+use crate::workload::WorkloadManifest;
 
 /// The label naming the plan that owns a revalidation benchmark.
 pub const PLAN_LABEL: &str = "goodput.dev/serving-plan";
@@ -108,6 +109,8 @@ struct Evidence {
     gpus_per_replica: Option<u32>,
     cache_mode: CacheModeName,
     benchmark: Option<CapacityBenchmark>,
+    /// The benchmark's frozen manifest.
+    manifest: Option<WorkloadManifest>,
     record: PlanEvidence,
 }
 
@@ -140,6 +143,7 @@ pub async fn reconcile(cached: Arc<ServingPlan>, ctx: Arc<Context>) -> Result<Ac
         status: before.clone(),
         before: &before,
         now: Timestamp::now(),
+        mismatched: None,
     };
     run.status.observed_generation = Some(run.generation);
     run.status.target = Some(plan.spec.target_ref.printable());
@@ -176,6 +180,8 @@ struct PlanRun<'a> {
     status: ServingPlanStatus,
     before: &'a ServingPlanStatus,
     now: Timestamp,
+    /// Evidence refused only because the workload runs something else than it measured.
+    mismatched: Option<Evidence>,
 }
 
 impl PlanRun<'_> {
@@ -241,8 +247,31 @@ impl PlanRun<'_> {
         self.status.current_replicas = Some(target.replicas);
         let declared = workload::declared_identity(&target.object);
         let identity = workload::identity_key(&declared);
-        let evidence = self.evidence(&declared).await?;
         let peak = self.peak().await?;
+        let evidence = match self.evidence(&declared).await {
+            Ok(evidence) => evidence,
+            Err(refused) => {
+                let Some(measured) = self.mismatched.take() else {
+                    return Err(refused);
+                };
+                match self.revalidated(&measured, &target, &identity) {
+                    Some(evidence) => evidence,
+                    None => {
+                        // The workload changed what it runs since the evidence matched (or
+                        // since its last revalidation): measure what it runs now. A
+                        // mismatch from the start waits for a benchmark of its own.
+                        let changed =
+                            conditions::is_true(&self.before.conditions, plan_cond::EVIDENCE_VALID)
+                                || self.status.verification.is_some();
+                        if changed {
+                            self.revalidate(&target, &measured, peak, &identity, &declared)
+                                .await?;
+                        }
+                        return Err(refused);
+                    }
+                }
+            }
+        };
 
         // A revalidation of this very topology that fell short replaces linear scaling.
         let shortfall = self.status.verification.as_ref().filter(|v| {
@@ -344,7 +373,9 @@ impl PlanRun<'_> {
                 "mode is Propose: the proposal is not written to the workload",
             ),
         }
-        let poll = self.revalidate(&target, &evidence, peak, &identity).await?;
+        let poll = self
+            .revalidate(&target, &evidence, peak, &identity, &declared)
+            .await?;
         let mut next = self.ctx.options.plan_resync;
         if let Some(p) = &spec.peak.prometheus {
             next = next.min(Duration::from(p.refresh).max(Duration::from_secs(1)));
@@ -461,6 +492,7 @@ impl PlanRun<'_> {
                 gpus_per_replica: None,
                 cache_mode: CacheModeName::Cold,
                 benchmark: None,
+                manifest: None,
                 record,
             });
         }
@@ -517,22 +549,75 @@ impl PlanRun<'_> {
             })?;
         let comparison = workload::compare(&manifest, declared);
         found.record.unchecked = comparison.unchecked;
+        let name = cb.name_any();
+        found.benchmark = Some(cb);
+        found.manifest = Some(manifest);
         if !comparison.refused.is_empty() {
             found.record.refused = comparison.refused.clone();
-            self.status.evidence = Some(found.record);
+            self.status.evidence = Some(found.record.clone());
+            // Kept for a revalidation of what the workload runs now.
+            self.mismatched = Some(found);
             return Err(Blocked::new(
                 plan_cond::EVIDENCE_VALID,
                 reason::EVIDENCE_REFUSED,
                 format!(
-                    "CapacityBenchmark {} measured another deployment: {}",
-                    cb.name_any(),
+                    "CapacityBenchmark {name} measured another deployment: {}",
                     comparison.refused.join("; ")
                 ),
             ));
         }
         self.valid_evidence(&found.record);
-        found.benchmark = Some(cb);
         Ok(found)
+    }
+
+    /// The revalidation of this topology and identity, once it measured a capacity: the
+    /// evidence when the benchmark's no longer matches what the workload runs.
+    fn revalidated(
+        &mut self,
+        refused: &Evidence,
+        target: &Workload,
+        identity: &str,
+    ) -> Option<Evidence> {
+        let v = self.status.verification.clone()?;
+        let done = v.state == Verification::VERIFIED || v.state == Verification::SHORTFALL;
+        let measured = v.measured_fleet_rps.filter(|m| *m > 0.0)?;
+        if !(done && v.replicas == target.replicas && v.identity == identity) {
+            return None;
+        }
+        let record = PlanEvidence {
+            source: format!("CapacityBenchmark {} (revalidation)", v.benchmark),
+            cache_mode: Some(refused.cache_mode),
+            capacity_rps: Some(measured),
+            replicas_tested: Some(v.replicas),
+            reason: Some(format!(
+                "{} measured another deployment ({}); this revalidation measured {} replicas \
+                 running {identity}",
+                refused.record.source,
+                refused.record.refused.join("; "),
+                v.replicas
+            )),
+            ..Default::default()
+        };
+        self.status.evidence = Some(record.clone());
+        self.condition(
+            plan_cond::EVIDENCE_VALID,
+            Cond::True,
+            reason::REVALIDATED,
+            format!(
+                "{} is used: {}",
+                record.source,
+                record.reason.clone().unwrap_or_default()
+            ),
+        );
+        Some(Evidence {
+            capacity_rps: measured,
+            replicas_tested: v.replicas,
+            gpus_per_replica: refused.gpus_per_replica,
+            cache_mode: refused.cache_mode,
+            benchmark: refused.benchmark.clone(),
+            manifest: refused.manifest.clone(),
+            record,
+        })
     }
 
     fn valid_evidence(&mut self, record: &PlanEvidence) {
@@ -828,6 +913,7 @@ impl PlanRun<'_> {
         evidence: &Evidence,
         peak: f64,
         identity: &str,
+        declared: &DeclaredIdentity,
     ) -> Result<Option<Duration>, Blocked> {
         let spec = &self.plan.spec;
         if !spec.revalidation.enabled {
@@ -883,6 +969,7 @@ impl PlanRun<'_> {
                 replicas: n,
                 peak,
                 identity,
+                declared,
             },
         );
         let cb = match built {
@@ -1133,6 +1220,7 @@ fn benchmark_capacity(
         gpus_per_replica: cb.spec.target.gpus_per_replica,
         cache_mode: mode.cache,
         benchmark: None,
+        manifest: None,
         record: PlanEvidence {
             source: format!("CapacityBenchmark {name}"),
             generation: cb.metadata.generation,
@@ -1165,6 +1253,8 @@ struct VerificationInputs<'a> {
     replicas: u32,
     peak: f64,
     identity: &'a str,
+    /// What the workload declares it runs: the revalidation's manifest says so.
+    declared: &'a DeclaredIdentity,
 }
 
 /// The owned CapacityBenchmark that revalidates `replicas` replicas: the referenced
@@ -1189,10 +1279,14 @@ fn verification_benchmark(
                 .into(),
         );
     };
-    let workload: Option<WorkloadSource> = re
-        .workload
-        .clone()
-        .or_else(|| base.map(|b| b.workload.clone()));
+    // The evidence's manifest, inline, describing what is measured now: the workload's
+    // declared revision, engine version and TP, and the replicas under test.
+    let workload: Option<WorkloadSource> = re.workload.clone().or_else(|| {
+        evidence.manifest.as_ref().map(|m| WorkloadSource {
+            manifest: Some(Box::new(manifest_for(m, inputs.declared, inputs.replicas))),
+            ..Default::default()
+        })
+    });
     let Some(workload) = workload else {
         return Err("no workload to send: set spec.revalidation.workload".into());
     };
@@ -1271,6 +1365,34 @@ fn verification_benchmark(
         spec,
         status: None,
     })
+}
+
+/// `manifest` as it describes `replicas` replicas of what `declared` says the workload
+/// runs (the model revision, engine version and TP it declares replace the manifest's).
+fn manifest_for(
+    manifest: &WorkloadManifest,
+    declared: &DeclaredIdentity,
+    replicas: u32,
+) -> WorkloadManifest {
+    let mut m = manifest.clone();
+    if let Some(r) = &declared.model_revision {
+        m.model.revision = r.value.clone();
+    }
+    if let Some(v) = &declared.engine_version {
+        m.engine.version = v.value.trim_start_matches('v').to_owned();
+    }
+    let placement = &mut m.engine.placement;
+    let mut per_replica = placement.gpus_per_replica().unwrap_or(1);
+    if let Some(tp) = &declared.tp
+        && tp.value != placement.tp
+    {
+        placement.tp = tp.value;
+        per_replica = tp.value * placement.pp.max(1);
+    }
+    placement.replicas = replicas.max(1);
+    placement.gpus = per_replica.max(1) * replicas.max(1);
+    m.resolved = None;
+    m
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -1523,12 +1645,24 @@ mod tests {
     fn the_revalidation_benchmark_tries_the_peak_the_linear_expectation_and_below() {
         let mut evidence = benchmark_capacity(&benchmark(), None, at(2_000), None).unwrap();
         evidence.benchmark = Some(benchmark());
+        evidence.manifest = Some(crate::workload::seed_manifest());
+        let declared = workload::declared_identity(&json!({"metadata": {"annotations": {
+            workload::ENGINE_VERSION: "v9.9.9", workload::TP: "4"}}}));
         let inputs = VerificationInputs {
             replicas: 8,
             peak: 36.0,
             identity: "model=x",
+            declared: &declared,
         };
         let cb = verification_benchmark(&plan(), &evidence, inputs).unwrap();
+        // Its manifest describes what it measures: the declared version and TP, 8 replicas.
+        let m = cb.spec.workload.manifest.as_ref().unwrap();
+        let seed = crate::workload::seed_manifest();
+        assert_eq!(m.engine.version, "9.9.9");
+        assert_eq!((m.engine.placement.tp, m.engine.placement.replicas), (4, 8));
+        assert_eq!(m.engine.placement.gpus, 4 * seed.engine.placement.pp * 8);
+        assert_eq!(m.model.revision, seed.model.revision, "not declared: kept");
+        assert_eq!(m.workload, seed.workload, "the same classes and mix");
         let rates = &cb.spec.experiments.rate_sweep.as_ref().unwrap().rates;
         assert_eq!(rates, &[12.0, 24.0, 36.0, 48.0]);
         assert_eq!(cb.spec.target.replicas, Some(8));
@@ -1554,6 +1688,7 @@ mod tests {
                 replicas: 8,
                 peak: 36.0,
                 identity: "",
+                declared: &declared,
             },
         )
         .unwrap_err();
