@@ -541,7 +541,7 @@ async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
         })
         .collect();
     let prometheus = fake_prometheus::FakePrometheus::start(vec![samples]).await;
-    let _op = operator(&s);
+    let op = operator(&s);
     let extra = format!(
         "  revalidation: {{enabled: false}}\n  peak:\n    prometheus: {{url: \"{}\", query: \
          \"sum(rate(vllm:request_success_total[5m]))\", lookback: 336h, step: 5m, quantile: \
@@ -632,6 +632,21 @@ async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
     assert_eq!(
         so.data["spec"]["maxReplicaCount"], 20,
         "only the minimum is written"
+    );
+    // The operator counts what it did.
+    let metrics = op.metrics_text().await.expect("/metrics answers");
+    for kind in ["proposed", "applied"] {
+        let line = format!("goodput_operator_servingplan_events_total{{kind=\"{kind}\"}} ");
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {line} in:\n{metrics}"));
+        assert!(count >= 1.0, "{line}{count}");
+    }
+    assert!(
+        metrics.contains("goodput_operator_servingplan_proposed_replicas{namespace=\"default\",plan=\"qwen-chat\"} 8"),
+        "{metrics}"
     );
 
     // A query that returns nothing: a condition, a Warning, no proposal.
