@@ -93,8 +93,11 @@ pub fn stabilize(
 ) -> Stabilized {
     let window_start = now.saturating_sub(cooldown_s.max(0));
     let mut kept: Vec<Entry> = Vec::with_capacity(history.len() + 1);
-    // The last entry at or before the window's start was in effect when it began.
-    if let Some(at_start) = history.iter().rev().find(|(t, _)| *t <= window_start) {
+    // The last entry at or before the window's start was in effect when it began (a
+    // window of no length has no start to be in effect at).
+    if cooldown_s > 0
+        && let Some(at_start) = history.iter().rev().find(|(t, _)| *t <= window_start)
+    {
         kept.push(*at_start);
     }
     kept.extend(
@@ -224,6 +227,13 @@ mod tests {
             proposals[1..].iter().all(|&p| p == 9),
             "once 9 is reached it holds: {proposals:?}"
         );
+    }
+
+    #[test]
+    fn without_a_cooldown_a_lower_requirement_takes_effect_at_once() {
+        let s = stabilize(Some(8), &[(0, 8)], 10, 7, 0, 1);
+        assert_eq!((s.proposal, s.history.clone()), (7, vec![(10, 7)]));
+        assert!(s.note.is_none());
     }
 
     #[test]
