@@ -32,15 +32,18 @@
 //!
 //! Run: `cargo bench --bench operator`. Linux only (reads `/proc`).
 
+#[path = "support/figures.rs"]
+mod figures;
 #[path = "../tests/support/operator.rs"]
 mod harness;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/watch.rs"]
+mod watch;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
 use goodput::api::conditions::{self, Status as Cond, reason};
 use goodput::api::{
     CacheModeName, CapacityBenchmark, CapacityBenchmarkStatus, FinishedPoint, ModeCapacity, Phase,
@@ -52,13 +55,12 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
-use kube::runtime::{WatchStreamExt as _, watcher::Event};
 use kube::{Api, Resource as _, ResourceExt as _};
-use tokio::sync::mpsc;
 
+use figures::{Figures, MIB, pct, reconcile_failures, rss_hwm, settle, sorted_secs};
 use harness::{MANIFEST, Operator};
 use process::{env_or, proc_rss};
+use watch::watch;
 
 /// Benchmarks in the cluster.
 const BENCHMARKS: usize = 100;
@@ -73,7 +75,6 @@ const IMAGE: &str = "goodput";
 const GAP: Duration = Duration::from_millis(200);
 /// A spec change not in status after this long counts as missed.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-const MIB: f64 = 1024.0 * 1024.0;
 
 fn name(i: usize) -> String {
     format!("cb-{i:03}")
@@ -306,22 +307,11 @@ fn point_config_maps(cb: &CapacityBenchmark, result_kib: usize) -> Vec<ConfigMap
     maps
 }
 
-/// One printed figure, with its bar when it has one.
-struct Figure {
-    name: &'static str,
-    value: String,
-    bar: &'static str,
-    met: Option<bool>,
-}
-
 /// What the bench's watch saw: the benchmark, the generation its status describes, when.
-enum Seen {
-    Synced,
-    Status {
-        name: String,
-        observed: Option<i64>,
-        at: Instant,
-    },
+struct Seen {
+    name: String,
+    observed: Option<i64>,
+    at: Instant,
 }
 
 /// Polls `/metrics` until `done` holds for the reconcile count, or `timeout`.
@@ -343,24 +333,12 @@ async fn wait_reconciles(
     }
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let changes: usize = env_or("OPERATOR_BENCH_CHANGES", 100);
     let result_kib: usize = env_or("OPERATOR_BENCH_RESULT_KIB", 0);
     let t0 = Instant::now();
-    let mut figures: Vec<Figure> = Vec::new();
-    let mut fig = |name, value: String, bar, met| {
-        figures.push(Figure {
-            name,
-            value,
-            bar,
-            met,
-        })
-    };
+    let mut figures = Figures::default();
 
     let s = harness::setup().await;
     // Every Job's pods stay Pending (ErrImagePull): a spec change launches no load generator.
@@ -423,18 +401,12 @@ async fn main() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     // Settled: no reconcile for 2 s, then 8 s more at rest before reading its memory.
-    let mut last = reconciled;
-    let mut quiet_since = Instant::now();
-    while quiet_since.elapsed() < Duration::from_secs(2)
-        && started.elapsed() < Duration::from_secs(60)
-    {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let n = operator.reconciles().await.unwrap_or(last);
-        if n != last {
-            last = n;
-            quiet_since = Instant::now();
-        }
-    }
+    settle(
+        || operator.reconciles(),
+        Duration::from_secs(2),
+        started + Duration::from_secs(60),
+    )
+    .await;
     let mut samples = Vec::new();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -456,78 +428,48 @@ async fn main() {
         .count();
     let spread = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max)
         - samples.iter().copied().fold(f64::INFINITY, f64::min);
-    fig(
+    figures.add(
         "benchmarks (status JSON / whole objects)",
         format!(
             "{BENCHMARKS} ({:.1} / {:.1} KiB each)",
             status_bytes as f64 / BENCHMARKS as f64 / 1024.0,
             object_bytes as f64 / BENCHMARKS as f64 / 1024.0
         ),
-        "",
-        None,
     );
     if result_kib > 0 {
-        fig(
+        figures.add(
             "owned point ConfigMaps (JSON)",
             format!("{owned_maps} ({:.1} MiB)", owned_bytes as f64 / MIB),
-            "",
-            None,
         );
     }
-    fig(
+    figures.add(
         "reconciles to steady (all in after)",
         format!("{steady_reconciles} ({:.2} s)", all_in.as_secs_f64()),
-        "",
-        None,
     );
-    fig(
+    figures.add(
         "statuses the operator rewrote at start",
         format!("{rewritten} of {BENCHMARKS}"),
-        "",
-        None,
     );
     let rss_met = rss / MIB < RSS_BAR_MIB;
-    fig(
+    figures.bar(
         "steady VmRSS",
         format!("{:.1} MiB (±{:.1} over 8 s)", rss / MIB, spread / MIB / 2.0),
         "< 64 MiB",
-        Some(rss_met),
+        rss_met,
     );
-    fig("VmHWM so far", format!("{:.1} MiB", hwm / MIB), "", None);
+    figures.add("VmHWM so far", format!("{:.1} MiB", hwm / MIB));
 
     // 2. Spec changes, timed by a watch on the benchmarks.
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let watch_api = api.clone();
-    let watch = tokio::spawn(async move {
-        let mut events =
-            std::pin::pin!(watcher(watch_api, watcher::Config::default()).default_backoff());
-        while let Some(event) = events.next().await {
-            let at = Instant::now();
-            let seen = match event {
-                Ok(Event::Apply(cb) | Event::InitApply(cb)) => Seen::Status {
-                    name: cb.name_any(),
-                    observed: cb.status.as_ref().and_then(|s| s.observed_generation),
-                    at,
-                },
-                Ok(Event::InitDone) => Seen::Synced,
-                Ok(Event::Init | Event::Delete(_)) => continue,
-                Err(e) => {
-                    eprintln!("operator bench: watch error (retrying): {e}");
-                    continue;
-                }
-            };
-            if tx.send(seen).is_err() {
-                return;
-            }
-        }
-    });
-    loop {
-        match rx.recv().await {
-            Some(Seen::Synced) => break,
-            Some(_) => {}
-            None => panic!("the watch ended before it listed the benchmarks"),
-        }
-    }
+    let (watch, mut rx) = watch(
+        api.clone(),
+        "operator bench",
+        |cb: CapacityBenchmark, at| Seen {
+            name: cb.name_any(),
+            observed: cb.status.as_ref().and_then(|s| s.observed_generation),
+            at,
+        },
+    )
+    .await;
     let mut latencies = Vec::new();
     let mut missed = Vec::new();
     let phase_started = Instant::now();
@@ -557,7 +499,7 @@ async fn main() {
         let deadline = tokio::time::Instant::from_std(returned + CHANGE_TIMEOUT);
         let seen = loop {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(Seen::Status { name, observed, at }))
+                Ok(Some(Seen { name, observed, at }))
                     if name == target && observed.is_some_and(|o| o >= generation) =>
                 {
                     break Some(at.saturating_duration_since(returned));
@@ -576,31 +518,15 @@ async fn main() {
     let spent = phase_started.elapsed();
 
     let sorted_of = |keep: &dyn Fn(usize) -> bool| {
-        let mut v: Vec<f64> = latencies
-            .iter()
-            .filter(|(i, _)| keep(*i))
-            .map(|(_, d)| d.as_secs_f64())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v
+        sorted_secs(latencies.iter().filter(|(i, _)| keep(*i)).map(|(_, d)| *d))
     };
     let sorted = sorted_of(&|_| true);
     // By path: an own URL starts the first point's Job; a shared one waits for its holder.
     let by_path = |shared: bool| {
         let v = sorted_of(&|i| i.is_multiple_of(2) == shared);
-        let at = |p| {
-            goodput::analysis::nearest_rank(&v, p)
-                .map_or("-".into(), |x| ms(Duration::from_secs_f64(x)))
-        };
-        format!("{} / {} (n {})", at(0.5), at(0.99), v.len())
+        format!("{} / {} (n {})", pct(&v, 0.5), pct(&v, 0.99), v.len())
     };
-    let pct = |p: f64| {
-        goodput::analysis::nearest_rank(&sorted, p)
-            .map_or("-".into(), |v| ms(Duration::from_secs_f64(v)))
-    };
-    let p99 = goodput::analysis::nearest_rank(&sorted, 0.99);
-    let latency_met = missed.is_empty() && p99.is_some_and(|v| v < LATENCY_BAR.as_secs_f64());
-    fig(
+    figures.add(
         "spec changes timed (missed)",
         format!(
             "{} ({}) in {:.0} s",
@@ -608,25 +534,10 @@ async fn main() {
             missed.len(),
             spent.as_secs_f64()
         ),
-        "",
-        None,
     );
-    fig("change→status P50", pct(0.50), "", None);
-    fig("change→status P95", pct(0.95), "", None);
-    fig(
-        "change→status P99",
-        pct(0.99),
-        "< 1 s (none missed)",
-        Some(latency_met),
-    );
-    fig("change→status max", pct(1.0), "", None);
-    fig(
-        "P50 / P99, own URL (starts a Job)",
-        by_path(false),
-        "",
-        None,
-    );
-    fig("P50 / P99, shared URL (waits)", by_path(true), "", None);
+    figures.latencies("change→status", &sorted, LATENCY_BAR, missed.len());
+    figures.add("P50 / P99, own URL (starts a Job)", by_path(false));
+    figures.add("P50 / P99, shared URL (waits)", by_path(true));
 
     // What the changes left running: Jobs whose pods never start, and the memory after.
     let jobs = Api::<Job>::namespaced(s.client.clone(), "default")
@@ -660,57 +571,23 @@ async fn main() {
         .iter()
         .filter(|cb| harness::phase(cb) == Some(Phase::Running))
         .count();
-    fig(
-        "after: Jobs / Pending pods",
-        format!("{jobs} / {pending}"),
-        "",
-        None,
-    );
-    fig(
+    figures.add("after: Jobs / Pending pods", format!("{jobs} / {pending}"));
+    figures.add(
         "after: Running / WaitingForTarget",
         format!("{running} / {waiting}"),
-        "",
-        None,
     );
-    let (rss_after, hwm_after) = proc_rss(pid);
-    fig(
-        "after: VmRSS / VmHWM",
-        format!("{:.1} / {:.1} MiB", rss_after / MIB, hwm_after / MIB),
-        "",
-        None,
-    );
-    fig(
+    figures.add("after: VmRSS / VmHWM", rss_hwm(proc_rss(pid)));
+    figures.add(
         "reconciles in all",
         operator
             .reconciles()
             .await
             .map_or("-".into(), |n| n.to_string()),
-        "",
-        None,
     );
     // Failed reconciles by category (a status write that lost to a newer object is a
     // `status` failure), and the Events the changes published.
-    let failures: Vec<String> = operator
-        .metrics_text()
-        .await
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("goodput_operator_reconcile_failures_total{category=\"")?;
-            let (category, count) = rest.split_once("\"} ")?;
-            Some(format!("{category} {}", count.trim()))
-        })
-        .collect();
-    fig(
-        "reconcile failures",
-        if failures.is_empty() {
-            "none".into()
-        } else {
-            failures.join(", ")
-        },
-        "",
-        None,
-    );
+    let metrics = operator.metrics_text().await.unwrap_or_default();
+    figures.add("reconcile failures", reconcile_failures(&metrics));
     let events =
         Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), "default")
             .list(&ListParams::default())
@@ -724,7 +601,7 @@ async fn main() {
             .map(|e| e.series.as_ref().map_or(1, |s| s.count))
             .sum()
     };
-    fig(
+    figures.add(
         "Events SpecChanged / PointStarted",
         format!(
             "{} / {} (for {} changes, {jobs} Jobs)",
@@ -732,8 +609,6 @@ async fn main() {
             published("PointStarted"),
             latencies.len() + missed.len()
         ),
-        "",
-        None,
     );
 
     println!(
@@ -741,34 +616,15 @@ async fn main() {
          CapacityBenchmarks ({:.0} s)",
         t0.elapsed().as_secs_f64()
     );
-    let w1 = figures.iter().map(|f| f.name.len()).max().unwrap_or(0);
-    let w2 = figures.iter().map(|f| f.value.len()).max().unwrap_or(0);
-    for f in &figures {
-        let verdict = match f.met {
-            Some(true) => "met",
-            Some(false) => "NOT met",
-            None => "",
-        };
-        println!("  {:w1$}  {:w2$}  {:20}  {verdict}", f.name, f.value, f.bar);
-    }
+    figures.print();
     for m in &missed {
         println!("  missed: {m} never reached status within {CHANGE_TIMEOUT:?}");
     }
-    let failed: Vec<&str> = figures
-        .iter()
-        .filter(|f| f.met == Some(false))
-        .map(|f| f.name)
-        .collect();
     if std::env::var_os("OPERATOR_BENCH_KEEP").is_some() {
         eprintln!("operator bench: files kept in {}", s.dir.path().display());
         std::mem::forget(s.dir);
     }
     drop(operator);
     drop(s.cluster);
-    if failed.is_empty() {
-        println!("  all bars: met");
-    } else {
-        println!("  bars NOT met: {}", failed.join(", "));
-        std::process::exit(1);
-    }
+    figures.conclude();
 }

@@ -9,14 +9,17 @@
 
 #[path = "support/prometheus.rs"]
 mod fake_prometheus;
+#[path = "support/serving_plan.rs"]
+mod fixture;
 #[path = "support/operator.rs"]
 mod harness;
 
 use std::time::{Duration, Instant};
 
+use fixture::{IDENTITY, NS, engines, evidence, unstarted_engines};
 use goodput::api::conditions::plan::{self as plan_cond, reason};
 use goodput::api::{CapacityBenchmark, ServingPlan, Verification};
-use harness::{MANIFEST, Operator, Setup, setup};
+use harness::{Operator, Setup, setup};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Event, Service};
@@ -27,43 +30,8 @@ use serde_json::{Value, json};
 /// Plans measure latency on a 2-core machine: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const NS: &str = "default";
-/// What the evidence was measured on, as the Deployment's annotations declare it.
-const IDENTITY: [(&str, &str); 5] = [
-    ("goodput.dev/model", "Qwen/Qwen2.5-7B-Instruct"),
-    ("goodput.dev/model-revision", "r1-fixture"),
-    ("goodput.dev/engine-version", "0.1.0"),
-    ("goodput.dev/tp", "1"),
-    ("goodput.dev/workload-mix", "chat=0.5,long=0.5"),
-];
-
-/// A Deployment `name` of `replicas` simulated engines labelled `app: <app>`, annotated
-/// with `annotations`.
-fn engines(name: &str, app: &str, replicas: u32, annotations: &[(&str, &str)]) -> Deployment {
-    let annotations: serde_json::Map<String, Value> = annotations
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), json!(v)))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {
-                "metadata": {"labels": {"app": app}},
-                "spec": {"containers": [{
-                    "name": "engine", "image": "goodput",
-                    "args": ["serve-sim", "--host", "$(POD_IP)", "--port", "8000",
-                             "--time-scale", "5", "--stream-interval", "8"],
-                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                    "ports": [{"name": "http", "containerPort": 8000}],
-                    "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1}
-                }]}
-            }
-        }
-    }))
-    .expect("a Deployment")
-}
+/// The plan the tests make.
+const PLAN: &str = "qwen-chat";
 
 /// The Service `qwen` in front of the pods labelled `app: <app>`.
 fn service(app: &str) -> Service {
@@ -74,74 +42,9 @@ fn service(app: &str) -> Service {
     .expect("a Service")
 }
 
-/// The evidence: a benchmark of Service `qwen` that measured 24 RPS on 4 replicas (2 GPUs
-/// each), its result written through `/status` as the operator writes a finished run.
-async fn evidence(client: &kube::Client) {
-    let yaml = format!(
-        r#"apiVersion: goodput.dev/v1alpha1
-kind: CapacityBenchmark
-metadata: {{name: qwen-capacity, namespace: {NS}}}
-spec:
-  target:
-    service: {{name: qwen, port: 8000}}
-    replicas: 4
-    gpusPerReplica: 2
-    timeScale: 5
-  workload:
-    manifest:{MANIFEST}
-  experiments:
-    rateSweep: {{rates: [24, 30]}}
-  peak: {{rps: 36}}
-"#
-    );
-    let cb: CapacityBenchmark = serde_saphyr::from_str(&yaml).expect("benchmark YAML");
-    let api: Api<CapacityBenchmark> = Api::namespaced(client.clone(), NS);
-    let created = api
-        .create(&PostParams::default(), &cb)
-        .await
-        .expect("created");
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let point = |rate: f64, verdict: &str| {
-        json!({"cache": "cold", "kind": "rate", "offeredRps": rate, "achievedRps": rate,
-               "errorRate": 0.0, "weakestClass": "long", "weakestAttainment": 0.962,
-               "weakestSuccesses": 2400, "queueTrend": "flat", "valid": true,
-               "verdict": verdict})
-    };
-    let status = json!({"status": {
-        "phase": "Succeeded",
-        "observedGeneration": created.metadata.generation,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                        "message": "capacity 24 RPS", "lastTransitionTime": now,
-                        "observedGeneration": created.metadata.generation}],
-        "target": "svc/qwen",
-        "points": [point(24.0, "pass"), point(30.0, "fail")],
-        "modes": [{"cache": "cold", "capacityRps": 24.0, "capacityPerReplicaRps": 6.0}],
-        "capacityRps": 24.0,
-        "capacityPerReplicaRps": 6.0,
-        "pack": "pvc/results/qwen-capacity/g1/",
-    }});
-    api.patch_status(
-        "qwen-capacity",
-        &PatchParams::default(),
-        &Patch::Merge(&status),
-    )
-    .await
-    .expect("the result is written");
-}
-
+/// The plan [`PLAN`] in `mode` ([`fixture::plan_yaml`]).
 fn plan_yaml(mode: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: goodput.dev/v1alpha1
-kind: ServingPlan
-metadata: {{name: qwen-chat, namespace: {NS}}}
-spec:
-  targetRef: {{apiVersion: apps/v1, kind: Deployment, name: qwen}}
-  capacity: {{benchmarkRef: {{name: qwen-capacity}}}}
-  peak: {{rps: 36}}
-  gpusPerReplica: 2
-  mode: {mode}
-{extra}"#
-    )
+    fixture::plan_yaml(PLAN, mode, extra)
 }
 
 async fn create_plan(client: &kube::Client, yaml: &str) {
@@ -162,7 +65,7 @@ async fn plan_until(
     let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
     let deadline = Instant::now() + timeout;
     loop {
-        let plan = api.get("qwen-chat").await.expect("the plan reads");
+        let plan = api.get(PLAN).await.expect("the plan reads");
         if done(&plan) {
             return plan;
         }
@@ -333,7 +236,7 @@ async fn the_worked_example_is_refused_on_other_evidence_then_proposed_applied_a
     let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
     plans
         .patch(
-            "qwen-chat",
+            PLAN,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"mode": "Apply"}})),
         )
@@ -654,7 +557,7 @@ async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
     let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
     plans
         .patch(
-            "qwen-chat",
+            PLAN,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"peak": {"prometheus": {"quantile": 0.95}}}})),
         )
@@ -677,7 +580,7 @@ async fn patch_plan(client: &kube::Client, spec: Value) {
     let plans: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
     plans
         .patch(
-            "qwen-chat",
+            PLAN,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": spec })),
         )
@@ -694,13 +597,8 @@ async fn faults_are_conditions_and_an_oscillating_peak_does_not_flap_the_proposa
     let _serial = SERIAL.lock().await;
     let s = setup().await;
     let c = &s.client;
-    // The engines are never started (an image the cluster cannot pull): a plan reads only
-    // the Deployment and its /scale.
-    let mut d = engines("qwen", "qwen", 4, &IDENTITY);
-    if let Some(pod) = d.spec.template.spec.as_mut() {
-        pod.containers[0].image = Some("never-pulled".into());
-    }
-    deploy(c, d).await;
+    // The engines are never started: a plan reads only the Deployment and its /scale.
+    deploy(c, unstarted_engines("qwen", 4, &IDENTITY)).await;
     evidence(c).await;
     let _op = operator(&s);
 
@@ -802,19 +700,9 @@ async fn faults_are_conditions_and_an_oscillating_peak_does_not_flap_the_proposa
 
     // At rest: resyncs every second write nothing.
     let plans: Api<ServingPlan> = Api::namespaced(c.clone(), NS);
-    let before = plans
-        .get("qwen-chat")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let before = plans.get(PLAN).await.unwrap().metadata.resource_version;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let after = plans
-        .get("qwen-chat")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let after = plans.get(PLAN).await.unwrap().metadata.resource_version;
     assert_eq!(before, after, "no status write when nothing changed");
 
     // A Prometheus that never answers: the query's timeout is a condition.
