@@ -264,7 +264,7 @@ impl PlanRun<'_> {
                             conditions::is_true(&self.before.conditions, plan_cond::EVIDENCE_VALID)
                                 || self.status.verification.is_some();
                         if changed {
-                            self.revalidate(&target, &measured, peak, &identity, &declared)
+                            self.revalidate(&target, &measured, peak, &identity, &declared, true)
                                 .await?;
                         }
                         return Err(refused);
@@ -374,7 +374,7 @@ impl PlanRun<'_> {
             ),
         }
         let poll = self
-            .revalidate(&target, &evidence, peak, &identity, &declared)
+            .revalidate(&target, &evidence, peak, &identity, &declared, false)
             .await?;
         let mut next = self.ctx.options.plan_resync;
         if let Some(p) = &spec.peak.prometheus {
@@ -914,6 +914,7 @@ impl PlanRun<'_> {
         peak: f64,
         identity: &str,
         declared: &DeclaredIdentity,
+        mismatched: bool,
     ) -> Result<Option<Duration>, Blocked> {
         let spec = &self.plan.spec;
         if !spec.revalidation.enabled {
@@ -929,7 +930,8 @@ impl PlanRun<'_> {
         let previous = self.status.verification.clone();
         let needed = match &previous {
             Some(v) => v.replicas != n || v.identity != identity,
-            None => n != evidence.replicas_tested || evidence.benchmark.is_none(),
+            // The benchmarked topology needs none, unless it now runs something else.
+            None => mismatched || n != evidence.replicas_tested || evidence.benchmark.is_none(),
         };
         if !needed {
             let Some(v) = previous else {
