@@ -1119,30 +1119,31 @@ fn invalid(message: String) -> Blocked {
 /// backoff. A refusal by RBAC says so (`Forbidden`): it will not pass until the operator's
 /// role changes.
 fn api_blocked(e: impl std::error::Error + 'static) -> Blocked {
-    let chain: Vec<&(dyn std::error::Error + 'static)> =
-        std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
-            e.source()
-        })
-        .collect();
-    let forbidden = chain.iter().any(
-        |e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(a)) if a.code == 403),
-    );
-    let message = match chain.last() {
-        Some(root) if forbidden => {
-            format!("{e} (the operator's role lacks this permission: {root})")
-        }
-        _ => e.to_string(),
-    };
+    let (reason, message) = api_failure(&e);
     Blocked {
         condition: conditions::PROGRESSING,
-        reason: if forbidden {
-            reasons::FORBIDDEN
-        } else {
-            reasons::API_ERROR
-        },
+        reason,
         message,
         phase: Phase::Pending,
         retry: Retry::Backoff,
+    }
+}
+
+/// The reason and message of a failed API call: `Forbidden` when RBAC refused it anywhere
+/// in the error's source chain (the message then names the refused permission), else
+/// `ApiError`.
+pub(crate) fn api_failure(e: &(dyn std::error::Error + 'static)) -> (&'static str, String) {
+    let chain: Vec<&(dyn std::error::Error + 'static)> =
+        std::iter::successors(Some(e), |e| e.source()).collect();
+    let forbidden = chain.iter().any(
+        |e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(a)) if a.code == 403),
+    );
+    match chain.last() {
+        Some(root) if forbidden => (
+            reasons::FORBIDDEN,
+            format!("{e} (the operator's role lacks this permission: {root})"),
+        ),
+        _ => (reasons::API_ERROR, e.to_string()),
     }
 }
 

@@ -23,7 +23,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::benchmark::{ManifestError, workload_manifest};
+use super::benchmark::{ManifestError, api_failure, workload_manifest};
 use super::workload::{self, DeclaredIdentity};
 use super::{Context, Error, FIELD_MANAGER};
 use crate::api::conditions::plan::{self as plan_cond, reason};
@@ -77,16 +77,8 @@ impl Blocked {
 
 /// An API error met while planning: `Forbidden` when RBAC refused it, else `ApiError`.
 fn api_blocked(what: &str, e: kube::Error) -> Blocked {
-    let forbidden = matches!(&e, kube::Error::Api(a) if a.code == 403);
-    let (why, message) = if forbidden {
-        (
-            conditions::reason::FORBIDDEN,
-            format!("{what}: {e} (the operator's role lacks this permission)"),
-        )
-    } else {
-        (conditions::reason::API_ERROR, format!("{what}: {e}"))
-    };
-    Blocked::new(READY, why, message).backoff()
+    let (why, message) = api_failure(&e);
+    Blocked::new(READY, why, format!("{what}: {message}")).backoff()
 }
 
 /// The workload as found through discovery.
@@ -1406,12 +1398,8 @@ fn truncate(s: &str, max: usize) -> &str {
 
 /// Six hex digits of a string's FNV-1a hash: names one identity in a benchmark's name.
 fn short_hash(s: &str) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in s.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    format!("{:06x}", h & 0xff_ffff)
+    use crate::workload::hashing::{FNV_OFFSET, fnv1a};
+    format!("{:06x}", fnv1a(FNV_OFFSET, s.as_bytes()) & 0xff_ffff)
 }
 
 /// The plan's bounds, for a proposal from a revalidation's measured capacity.
