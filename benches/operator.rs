@@ -186,6 +186,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
                 .into(),
                 reasons,
                 result_config_map: Some(format!("{name}-g{generation}-p{index}-point")),
+                classes: Vec::new(),
             });
         }
     }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod bench;
 pub mod controller;
 pub mod engine_metrics;
+pub mod gitops;
 pub mod http_client;
 pub mod loadgen;
 pub mod pack;

@@ -69,6 +69,10 @@ enum Command {
     /// Reconcile CapacityBenchmarks in a cluster: each test point a Job of `goodput
     /// loadgen` pods, every finished point kept in status.
     Operator(cli::operator::OperatorArgs),
+    /// A ServingPlan's replica change for a GitOps repository, offline: the exact edit of
+    /// the one replica number, as a patch, a pull request body, or JSON (for pipelines that
+    /// open pull requests with their own tooling).
+    Propose(cli::propose::ProposeArgs),
 }
 
 #[derive(clap::Args)]
@@ -145,6 +149,7 @@ enum OutputFormat {
 
 mod cli {
     pub mod operator;
+    pub mod propose;
 }
 
 /// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends a pod before it kills it).
@@ -188,6 +193,7 @@ fn main() -> ExitCode {
         Command::Lint(args) => lint(args),
         Command::Crds(args) => crds(args),
         Command::Operator(args) => cli::operator::run(args),
+        Command::Propose(args) => cli::propose::run(args),
     };
     match result {
         Ok(code) => code,

@@ -285,14 +285,21 @@ fn check_rendered(label: &str, objects: &[Value], image: &str) {
                     role["metadata"]["name"]
                 );
             }
-            assert!(
-                !rule["resources"]
-                    .as_array()
-                    .expect("resources")
-                    .iter()
-                    .any(|r| r == "secrets"),
-                "{label}: the operator never reads Secrets: {rule}"
-            );
+            // Secrets: only `get`, only the gitops credentials named in the values.
+            if rule["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .any(|r| r == "secrets")
+            {
+                assert_eq!(rule["verbs"], serde_json::json!(["get"]), "{label}: {rule}");
+                assert!(
+                    rule["resourceNames"]
+                        .as_array()
+                        .is_some_and(|names| !names.is_empty()),
+                    "{label}: Secrets only by name: {rule}"
+                );
+            }
         }
     }
     // The chart's CRDs are the generated ones.
@@ -354,6 +361,26 @@ fn the_chart_lints_renders_and_locks_every_container_down() {
             "planTargets[0].apiGroup=,planTargets[0].resource=replicationcontrollers",
         ],
     );
+    // By default no rule names Secrets; the gitops credentials are read by name only.
+    let secret_rules = |role: &Value| -> Vec<Value> {
+        role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|r| r == "secrets"))
+            })
+            .cloned()
+            .collect()
+    };
+    assert!(secret_rules(role).is_empty(), "no Secret by default");
+    let objects_git = render(&tools, &["--set", "gitopsCredentialsSecrets={gitops-bot}"]);
+    check_rendered("gitops", &objects_git, &format!("goodput:{version}"));
+    let rules = secret_rules(of_kind(&objects_git, "ClusterRole")[0]);
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0]["resourceNames"], serde_json::json!(["gitops-bot"]));
     let role_rc = of_kind(&objects_rc, "ClusterRole")[0];
     assert!(grants(role_rc, "", "replicationcontrollers/scale", "patch"));
     assert!(!grants(role_rc, "apps", "statefulsets/scale", "get"));
@@ -1033,6 +1060,14 @@ fn the_image_builds_from_the_dockerfile_where_a_builder_exists() {
         dockerfile.contains("CARGO_PROFILE_RELEASE_STRIP=symbols"),
         "the binary is stripped"
     );
+    // spec.gitops runs the git command line (and ssh for SSH remotes) in the operator.
+    let run_stage = dockerfile.rsplit("\nFROM ").next().expect("a run stage");
+    for tool in ["git", "openssh-client", "ca-certificates"] {
+        assert!(
+            run_stage.contains(&format!(" {tool}")),
+            "the run stage installs {tool}"
+        );
+    }
     let user = dockerfile
         .lines()
         .filter_map(|l| l.strip_prefix("USER "))

@@ -286,6 +286,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             verdict: FinishedPoint::PASS.into(),
             reasons: FinishedPoint::bounded_reasons(vec!["every class met its SLOs".into()]),
             result_config_map: Some("by-service-cold-rate-12-0".into()),
+            classes: Vec::new(),
         }],
         modes: vec![ModeCapacity {
             cache: CacheModeName::Cold,
@@ -486,4 +487,56 @@ async fn table_row(client: &kube::Client, name: &str) -> Vec<Value> {
         .clone();
     cells.pop(); // the age
     cells
+}
+
+/// `spec.gitops.edit` names exactly one number: two, or none, is refused at the field.
+#[tokio::test]
+async fn a_gitops_edit_names_exactly_one_replica_field() {
+    let (_cluster, client) = cluster_with_crd().await;
+    let plans = goodput::api::crd_files()
+        .into_iter()
+        .find(|(name, _)| *name == "servingplan.yaml")
+        .expect("the ServingPlan CRD")
+        .1;
+    install_crd(&client, &plans).await;
+    let api: Api<goodput::api::ServingPlan> = Api::default_namespaced(client);
+    let plan = |edit: &str| -> goodput::api::ServingPlan {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops/servingplan.yaml"),
+        )
+        .expect("the gitops example");
+        let text = text
+            .replace("  namespace: llm\n", "")
+            .replace("    edit: {deployment: qwen-7b}\n", edit);
+        serde_saphyr::from_str(&text).expect("the plan parses")
+    };
+    let pp = PostParams::default();
+    for (edit, accepted) in [
+        ("    edit: {deployment: qwen-7b}\n", true),
+        ("    edit: {helmValues: vllm.replicaCount}\n", true),
+        ("", true),
+        (
+            "    edit: {deployment: qwen-7b, kustomizeReplicas: qwen-7b}\n",
+            false,
+        ),
+        ("    edit: {}\n", false),
+    ] {
+        let mut p = plan(edit);
+        p.metadata.name = Some(format!("p{}", edit.len()));
+        match api.create(&pp, &p).await {
+            Ok(_) => assert!(accepted, "{edit:?} was accepted"),
+            Err(kube::Error::Api(s)) => {
+                assert!(!accepted, "{edit:?}: {}", s.message);
+                assert_eq!(s.code, 422);
+                assert!(
+                    s.message.contains("spec.gitops.edit: Invalid value")
+                        && s.message
+                            .contains("give exactly one of deployment, statefulSet"),
+                    "{}",
+                    s.message
+                );
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
 }

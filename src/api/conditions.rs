@@ -62,6 +62,9 @@ pub mod plan {
     pub const APPLIED: &str = "Applied";
     /// `True` when the workload's current topology passed at the peak.
     pub const VERIFIED: &str = "Verified";
+    /// `spec.gitops`: `True` while a pull request carries the proposal (or none is needed
+    /// because the base branch already holds it).
+    pub const PULL_REQUEST: &str = "PullRequest";
 
     /// The one-word `reason` of a plan's condition.
     pub mod reason {
@@ -106,6 +109,23 @@ pub mod plan {
         pub const NOT_REVALIDATED: &str = "NotRevalidated";
         /// Waiting for every replica of the new topology to be ready.
         pub const WAITING_FOR_REPLICAS: &str = "WaitingForReplicas";
+        /// A pull request carrying the proposal was opened.
+        pub const PULL_REQUEST_OPENED: &str = "PullRequestOpened";
+        /// The open pull request was brought up to the current proposal.
+        pub const PULL_REQUEST_UPDATED: &str = "PullRequestUpdated";
+        /// The open pull request already carries the current proposal.
+        pub const PULL_REQUEST_CURRENT: &str = "PullRequestCurrent";
+        /// The base branch already holds the proposal: no pull request is needed (one that
+        /// was open is closed with a comment).
+        pub const UP_TO_DATE: &str = "UpToDate";
+        /// A person closed the pull request; it is not reopened until the plan changes.
+        pub const CLOSED_BY_HUMAN: &str = "ClosedByHuman";
+        /// Someone else pushed to the plan's branch; goodput stops pushing to it.
+        pub const BRANCH_EDITED_BY_HUMAN: &str = "BranchEditedByHuman";
+        /// `dryRun`: the diff is in the status; nothing is pushed.
+        pub const DRY_RUN: &str = "DryRun";
+        /// The credentials Secret is missing or lacks the keys the repository needs.
+        pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
     }
 }
 

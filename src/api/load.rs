@@ -160,6 +160,34 @@ pub fn document_name(doc: &str) -> Option<String> {
     v["metadata"]["name"].as_str().map(str::to_owned)
 }
 
+/// The document of kind `kind` in a (multi-document) YAML file, parsed. `strict`: a field
+/// the types do not know is an error (a file a person wrote); otherwise ignored (what
+/// `kubectl get -o yaml` prints). Errors name the field path, line and column.
+pub fn parse_kind<T: DeserializeOwned>(text: &str, kind: &str, strict: bool) -> Result<T, String> {
+    let docs: Vec<String> = yaml_documents(text)
+        .into_iter()
+        .filter(|d| serde_saphyr::from_str::<serde_json::Value>(d).is_ok_and(|v| v["kind"] == kind))
+        .collect();
+    match docs.as_slice() {
+        [doc] if strict => {
+            // A custom resource's type holds `apiVersion` and `kind` in its derive, not as
+            // fields: those two are known at the root.
+            let (value, unknown) = parse_yaml(doc)?;
+            let type_meta = |p: &FieldPath| matches!(p.0.as_slice(), [Segment::Key(k)] if k == "apiVersion" || k == "kind");
+            match unknown.iter().find(|p| !type_meta(p)) {
+                Some(path) => Err(unknown_field_message(doc, path)),
+                None => Ok(value),
+            }
+        }
+        [doc] => from_yaml(doc),
+        [] => Err(format!("no document of kind {kind}")),
+        _ => Err(format!(
+            "{} documents of kind {kind}; give a file with one",
+            docs.len()
+        )),
+    }
+}
+
 /// Reads and parses a benchmark file, resolving its manifest (see [`parse_benchmark`]).
 pub fn load_benchmark(path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
     let yaml = std::fs::read_to_string(path).map_err(|source| BenchmarkError::Io {

@@ -75,6 +75,13 @@ use super::{CacheModeName, ServiceTarget, WorkloadSource};
         description = "Propose or Apply"
     ),
     printcolumn(
+        name = "PR",
+        type_ = "string",
+        json_path = ".status.pullRequest.url",
+        description = "The pull request carrying the proposal (spec.gitops)",
+        priority = 1
+    ),
+    printcolumn(
         name = "Verified",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Verified\")].status",
@@ -127,6 +134,159 @@ pub struct ServingPlanSpec {
     /// Benchmarking the workload again after it scales.
     #[serde(default)]
     pub revalidation: Revalidation,
+    /// Propose mode through Git: the proposal as one pull request on the repository the
+    /// workload is deployed from (a direct write would be reverted by the next sync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitops: Option<GitOps>,
+}
+
+/// Where the workload's replica count is declared in Git, and how to propose a change to
+/// it: one branch (`goodput/<plan>`) with one commit that changes exactly that number, and
+/// one pull request (GitHub) or merge request (GitLab) carrying the evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitOps {
+    /// Clone URL: `https://github.com/acme/manifests.git`, `ssh://git@gitlab.example.com/g/r.git`,
+    /// `git@github.com:acme/manifests.git`.
+    pub repo: String,
+    /// A Secret in the plan's namespace with the credentials: `token` (or `username` and
+    /// `password`) for HTTPS and the forge API; or `sshPrivateKey` and `knownHosts` for SSH
+    /// (with `token` for the forge API); or a GitHub App's `githubAppID`,
+    /// `githubAppPrivateKey` and optionally `githubAppInstallationID`. `signingKey`, an SSH
+    /// private key, signs the commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+    /// The branch the pull request merges into (the one the GitOps tool syncs).
+    #[serde(default = "default_base")]
+    pub base: String,
+    /// The YAML file that declares the replicas, relative to the repository root.
+    pub file: String,
+    /// Which number in the file. Default: `spec.replicas` of the document whose kind and
+    /// name are the plan's `targetRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<ReplicaField>,
+    /// The branch carrying the change. Default: `goodput/<plan name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Reviewers requested on the pull request (GitHub users, or `org/team`; GitLab users).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reviewers: Vec<String>,
+    /// Labels put on the pull request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Users assigned to the pull request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assignees: Vec<String>,
+    /// The forge, when the clone URL does not say it (a self-hosted GitHub Enterprise or
+    /// GitLab). Default: from the host (`github.com`, `gitlab.com`, or a host naming gitlab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge: Option<ForgeRef>,
+    /// The commit's author and message.
+    #[serde(default)]
+    pub commit: CommitSettings,
+    /// Compute the edit and show its diff in the status; push nothing, open nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// How often an unchanged proposal's pull request is looked at again (was it merged,
+    /// closed, pushed to?). A changed proposal is pushed at once.
+    #[serde(default = "default_recheck")]
+    pub recheck: Duration,
+}
+
+fn default_recheck() -> Duration {
+    std::time::Duration::from_secs(300).into()
+}
+
+fn default_base() -> String {
+    "main".to_owned()
+}
+
+/// Which replica number in the file: exactly one of the fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.deployment) ? 1 : 0) + (has(self.statefulSet) ? 1 : 0) + \
+     (has(self.leaderWorkerSet) ? 1 : 0) + (has(self.helmValues) ? 1 : 0) + \
+     (has(self.kustomizeReplicas) ? 1 : 0) == 1"
+).message("give exactly one of deployment, statefulSet, leaderWorkerSet, helmValues and kustomizeReplicas"))]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaField {
+    /// `spec.replicas` of the Deployment with this name (in a file of several documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// `spec.replicas` of the StatefulSet with this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful_set: Option<String>,
+    /// `spec.replicas` of the LeaderWorkerSet with this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_worker_set: Option<String>,
+    /// A dotted key path in a Helm values file, e.g. `vllm.replicaCount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_values: Option<String>,
+    /// The `count` of the Kustomize `replicas:` entry with this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize_replicas: Option<String>,
+}
+
+/// The forge hosting the repository.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeRef {
+    /// `GitHub` or `GitLab`.
+    pub kind: ForgeName,
+    /// The API base URL, e.g. `https://github.example.com/api/v3` or
+    /// `https://gitlab.example.com/api/v4`. Default: the forge's public API for the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+    /// The project path (`owner/name`, `group/sub/name`) when the clone URL does not end in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+}
+
+/// A forge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ForgeName {
+    /// GitHub or GitHub Enterprise Server (pull requests).
+    GitHub,
+    /// GitLab (merge requests).
+    GitLab,
+}
+
+/// The commit that changes the replicas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitSettings {
+    /// Author and committer name.
+    #[serde(default = "default_author_name")]
+    pub author_name: String,
+    /// Author and committer email.
+    #[serde(default = "default_author_email")]
+    pub author_email: String,
+    /// The subject's type and scope (Conventional Commits): the subject is
+    /// `<prefix>: scale <kind>/<name> from 4 to 8 replicas`.
+    #[serde(default = "default_commit_prefix")]
+    pub message_prefix: String,
+}
+
+impl Default for CommitSettings {
+    fn default() -> Self {
+        CommitSettings {
+            author_name: default_author_name(),
+            author_email: default_author_email(),
+            message_prefix: default_commit_prefix(),
+        }
+    }
+}
+
+fn default_author_name() -> String {
+    "goodput".to_owned()
+}
+
+fn default_author_email() -> String {
+    "goodput@noreply.goodput.dev".to_owned()
+}
+
+fn default_commit_prefix() -> String {
+    "chore(capacity)".to_owned()
 }
 
 fn default_utilization() -> f64 {
@@ -402,6 +562,66 @@ pub struct ServingPlanStatus {
     /// The last revalidation of the workload on its current topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
+    /// `spec.gitops`: the pull request carrying the proposal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestStatus>,
+}
+
+/// The plan's pull request (merge request on GitLab).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequestStatus {
+    /// Its number (`!iid` on GitLab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    /// Where to review it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `Open`, `Closed` (by goodput: no longer needed, or by a person) or `Merged`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Who closed it: `goodput` or `human`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_by: Option<String>,
+    /// The branch carrying the change.
+    pub branch: String,
+    /// The commit goodput last pushed to the branch; a different head means someone else
+    /// pushed, and goodput stops pushing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pushed_commit: Option<String>,
+    /// The replicas the pull request proposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// A hash of the proposal and its evidence: the pull request is updated when it changes,
+    /// and one a person closed is reopened only for a different one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_hash: Option<String>,
+    /// The change as a unified diff (always with `dryRun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// When goodput last changed the pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+    /// When goodput last looked at the repository and the pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<Time>,
+    /// A hash of what the last look started from (proposal, evidence, spec.gitops): when it
+    /// is unchanged and the last look is recent, the repository is not cloned again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_hash: Option<String>,
+}
+
+impl PullRequestStatus {
+    /// An open pull request.
+    pub const OPEN: &'static str = "Open";
+    /// A closed, unmerged pull request.
+    pub const CLOSED: &'static str = "Closed";
+    /// A merged pull request.
+    pub const MERGED: &'static str = "Merged";
+    /// Closed by goodput.
+    pub const BY_GOODPUT: &'static str = "goodput";
+    /// Closed by someone else.
+    pub const BY_HUMAN: &'static str = "human";
 }
 
 /// The capacity a plan stands on.

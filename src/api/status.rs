@@ -178,6 +178,24 @@ pub struct FinishedPoint {
     /// The ConfigMap holding the point's full results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_config_map: Option<String>,
+    /// Every class's gate at this point: its successes, attainment and whether it passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<PointClass>,
+}
+
+/// One workload class at one point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PointClass {
+    /// The class.
+    pub name: String,
+    /// Successful requests (the sample rule counts these).
+    pub successes: u64,
+    /// Fraction of successful requests within both its TTFT and TPOT cutoffs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attainment: Option<f64>,
+    /// Its attainment met the bar with enough samples.
+    pub passed: bool,
 }
 
 impl FinishedPoint {

@@ -59,8 +59,14 @@ enum Collected {
     Running(Duration),
     /// Its Job failed and was started again.
     Retried,
-    /// Its result, or why it has none.
-    Finished(crate::api::FinishedPoint),
+    /// Its result, or why it has none (boxed: a point is far larger than the others).
+    Finished(Box<crate::api::FinishedPoint>),
+}
+
+impl Collected {
+    fn finished(point: crate::api::FinishedPoint) -> Self {
+        Collected::Finished(Box::new(point))
+    }
 }
 
 /// When a blocked benchmark is looked at again.
@@ -246,7 +252,7 @@ impl Run<'_> {
                         }
                         _ => format!("Finished {}: {verdict}", current.label),
                     };
-                    self.status.points.push(point);
+                    self.status.points.push(*point);
                     self.status.current_point = None;
                     if verdict == crate::api::FinishedPoint::INVALID {
                         self.event(EventType::Warning, reasons::POINT_FAILED, &note)
@@ -692,7 +698,7 @@ impl Run<'_> {
             current.offered_rps,
             current.repeat,
         ) else {
-            return Ok(Collected::Finished(points::invalid_point(
+            return Ok(Collected::finished(points::invalid_point(
                 PointKey::Rate {
                     cache: current.cache,
                     rate: 0.0,
@@ -707,7 +713,7 @@ impl Run<'_> {
             .await
             .map_err(Error::read("Job"))?
         else {
-            return Ok(Collected::Finished(points::invalid_point(
+            return Ok(Collected::finished(points::invalid_point(
                 key,
                 format!("Job {} disappeared before it finished", current.job),
             )));
@@ -741,7 +747,7 @@ impl Run<'_> {
             let retryable = failed.reason.as_deref() != Some("DeadlineExceeded");
             if retryable && current.attempt < self.ctx.options.pod_retries.max(0) as u32 {
                 return Ok(match self.relaunch(current, key, &job, &why).await? {
-                    Some(point) => Collected::Finished(point),
+                    Some(point) => Collected::Finished(Box::new(point)),
                     None => Collected::Retried,
                 });
             }
@@ -751,7 +757,7 @@ impl Run<'_> {
             } else {
                 why
             };
-            return Ok(Collected::Finished(points::invalid_point(key, why)));
+            return Ok(Collected::finished(points::invalid_point(key, why)));
         }
         if holds("Complete").is_none() {
             return self.running(current, key, &job).await;
@@ -772,13 +778,13 @@ impl Run<'_> {
             {
                 Some(Ok(r)) => results.push(r),
                 Some(Err(e)) => {
-                    return Ok(Collected::Finished(points::invalid_point(
+                    return Ok(Collected::finished(points::invalid_point(
                         key,
                         format!("shard {shard}'s result ConfigMap {name} does not parse: {e}"),
                     )));
                 }
                 None => {
-                    return Ok(Collected::Finished(points::invalid_point(
+                    return Ok(Collected::finished(points::invalid_point(
                         key,
                         format!("shard {shard} never reported (ConfigMap {name} holds no result)"),
                     )));
@@ -788,7 +794,7 @@ impl Run<'_> {
         let merged = match merge_shards(&results, &manifest.gate_config()) {
             Ok(m) => m,
             Err(e) => {
-                return Ok(Collected::Finished(points::invalid_point(
+                return Ok(Collected::finished(points::invalid_point(
                     key,
                     format!("the shards of Job {} do not merge: {e}", current.job),
                 )));
@@ -805,7 +811,7 @@ impl Run<'_> {
         )
         .await
         .map_err(Error::apply("ConfigMap", &point_map))?;
-        Ok(Collected::Finished(points::finished_point(
+        Ok(Collected::finished(points::finished_point(
             key,
             merged.report(),
             merged.summary.validity.valid,
@@ -839,7 +845,7 @@ impl Run<'_> {
         match pending {
             Some(why) if waited >= timeout => {
                 self.remove_attempt(&current.job, shards).await?;
-                Ok(Collected::Finished(points::invalid_point(
+                Ok(Collected::finished(points::invalid_point(
                     key,
                     format!(
                         "Job {} never started within {} s: {why}",

@@ -18,6 +18,7 @@ pub mod build;
 pub mod lease;
 pub mod metrics;
 pub mod pods;
+pub mod pull_request;
 pub mod serving_plan;
 pub mod status;
 pub mod target;
@@ -85,6 +86,9 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Reconcile counters and durations.
     pub metrics: metrics::Metrics,
+    /// Taken by a plan while it talks to its forge: pull request writes are serialised,
+    /// as the forges' secondary rate limits ask.
+    pub gitops: tokio::sync::Mutex<()>,
 }
 
 /// Why a reconcile failed. Each variant names the call that failed and keeps its source.
@@ -318,6 +322,7 @@ pub async fn run(
         options,
         failures: Mutex::default(),
         metrics,
+        gitops: tokio::sync::Mutex::default(),
     });
     // A cluster with only the CapacityBenchmark CRD still benchmarks; plans need theirs.
     let plan_kind = kube::api::GroupVersionKind::gvk(crate::api::GROUP, "v1alpha1", "ServingPlan");

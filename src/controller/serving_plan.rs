@@ -24,13 +24,14 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::benchmark::{ManifestError, api_failure, workload_manifest};
+use super::pull_request;
 use super::workload::{self, DeclaredIdentity};
 use super::{Context, Error, FIELD_MANAGER};
 use crate::api::conditions::plan::{self as plan_cond, reason};
 use crate::api::conditions::{self, READY, Status as Cond};
 use crate::api::{
     AppliedScale, CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus,
-    FinishedPoint, PeakForecast, Phase, PlanEvidence, PlanMode, PointKind, RateSweep,
+    FinishedPoint, GitOps, PeakForecast, Phase, PlanEvidence, PlanMode, PointKind, RateSweep,
     Recommendation, ServiceTarget, ServingPlan, ServingPlanStatus, Target, Verification,
     WorkloadSource,
 };
@@ -49,6 +50,8 @@ enum Retry {
     Backoff,
     /// Only when the plan (or a benchmark it watches) changes, or at the resync.
     Resync,
+    /// After this long (a forge's rate limit says when).
+    After(Duration),
 }
 
 /// Why a plan cannot propose now.
@@ -79,6 +82,147 @@ impl Blocked {
 fn api_blocked(what: &str, e: kube::Error) -> Blocked {
     let (why, message) = api_failure(&e);
     Blocked::new(READY, why, format!("{what}: {message}")).backoff()
+}
+
+/// A proposal's arithmetic in words: the formula with its numbers, any clamp or hold, and
+/// the GPU count. The controller and `goodput propose` both write it so.
+fn proposal_lines(
+    required: &crate::planning::serving::Requirement,
+    hold: Option<String>,
+    proposal: u32,
+    gpus: u32,
+) -> Vec<String> {
+    let mut lines = vec![arithmetic(&required.plan)];
+    lines.extend(required.notes.iter().cloned());
+    lines.extend(hold);
+    lines.push(format!(
+        "{proposal} replicas × {gpus} GPUs/replica = {} GPUs",
+        u64::from(proposal) * u64::from(gpus)
+    ));
+    lines
+}
+
+/// A plan's proposal computed from files, with no cluster (`goodput propose`).
+#[derive(Debug)]
+pub struct OfflineProposal {
+    /// The replicas proposed.
+    pub replicas: u32,
+    /// Their GPUs.
+    pub gpus: u64,
+    /// The peak planned for.
+    pub peak_rps: f64,
+    /// Where the peak came from.
+    pub peak_source: String,
+    /// The arithmetic, as the status would have it.
+    pub arithmetic: Vec<String>,
+    /// The evidence.
+    pub evidence: PlanEvidence,
+    /// The benchmark's rate points in the evidence's cache mode.
+    pub sweep: Vec<FinishedPoint>,
+    /// The benchmark's gate, when its manifest is inline.
+    pub gate: Option<crate::analysis::GateConfig>,
+}
+
+/// The proposal of `plan` from files: the same evidence checks (a benchmark must be
+/// Ready, fresh and have a passing point), formula and arithmetic as the controller, with
+/// no scale-down history (there is none offline) and no comparison with a live workload.
+/// `benchmark` is the plan's `capacity.benchmarkRef` as `kubectl get -o yaml` prints it;
+/// `peak` replaces a Prometheus peak, which needs a server.
+pub fn offline_proposal(
+    plan: &ServingPlan,
+    benchmark: Option<&CapacityBenchmark>,
+    peak: Option<f64>,
+    now: Timestamp,
+) -> Result<OfflineProposal, Vec<String>> {
+    let spec = &plan.spec;
+    let (peak_rps, peak_source) = match (peak, spec.peak.rps) {
+        (Some(p), _) => (p, "given on the command line".to_owned()),
+        (None, Some(p)) => (p, "static (spec.peak.rps)".to_owned()),
+        (None, None) => {
+            return Err(vec![
+                "spec.peak is a Prometheus query, which needs a server: give the peak with --peak"
+                    .into(),
+            ]);
+        }
+    };
+    let (capacity_rps, replicas_tested, gpus_per_replica, record, sweep, gate) = match (
+        spec.capacity.per_replica_rps,
+        &spec.capacity.benchmark_ref,
+    ) {
+        (Some(per_replica), _) => {
+            let record = PlanEvidence {
+                source: "typed-in".into(),
+                capacity_rps: Some(per_replica),
+                replicas_tested: Some(1),
+                reason: spec.capacity.reason.clone(),
+                ..Default::default()
+            };
+            (per_replica, 1, None, record, Vec::new(), None)
+        }
+        (None, Some(reference)) => {
+            let Some(cb) = benchmark else {
+                return Err(vec![format!(
+                    "spec.capacity.benchmarkRef names CapacityBenchmark {}: give it with                          --benchmark (kubectl get capacitybenchmark {} -o yaml)",
+                    reference.name, reference.name
+                )]);
+            };
+            if cb.name_any() != reference.name {
+                return Err(vec![format!(
+                    "--benchmark is CapacityBenchmark {}, but the plan names {}",
+                    cb.name_any(),
+                    reference.name
+                )]);
+            }
+            let max_age = spec.evidence_max_age.map(Duration::from);
+            let found = benchmark_capacity(cb, reference.cache_mode, now, max_age)?;
+            let sweep = cb
+                .status
+                .as_ref()
+                .map(|s| {
+                    s.points
+                        .iter()
+                        .filter(|p| p.cache == found.cache_mode && p.kind == PointKind::Rate)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let gate = cb.spec.workload.manifest.as_ref().map(|m| m.gate_config());
+            (
+                found.capacity_rps,
+                found.replicas_tested,
+                found.gpus_per_replica,
+                found.record,
+                sweep,
+                gate,
+            )
+        }
+        (None, None) => {
+            return Err(vec![
+                "spec.capacity: give benchmarkRef or perReplicaRps".into(),
+            ]);
+        }
+    };
+    let gpus = spec.gpus_per_replica.or(gpus_per_replica).unwrap_or(1);
+    let input = PlanInput {
+        peak_rps,
+        capacity_rps,
+        replicas_tested,
+        gpus_per_replica: gpus,
+        target_utilization: spec.target_utilization,
+    };
+    let required = requirement(input, spec.min_replicas.max(1), spec.max_replicas)
+        .map_err(|e| vec![e.to_string()])?;
+    let replicas = required.replicas;
+    Ok(OfflineProposal {
+        replicas,
+        gpus: u64::from(replicas) * u64::from(gpus),
+        peak_rps,
+        peak_source,
+        arithmetic: proposal_lines(&required, None, replicas, gpus),
+        evidence: record,
+        sweep,
+        gate,
+    })
 }
 
 /// The workload as found through discovery.
@@ -215,7 +359,7 @@ impl PlanRun<'_> {
         }
         // An apply that cannot be made leaves the proposal standing; anything earlier in
         // the pipeline means there is none.
-        if b.condition != plan_cond::APPLIED {
+        if b.condition != plan_cond::APPLIED && b.condition != plan_cond::PULL_REQUEST {
             self.status.proposed_replicas = None;
             self.status.proposed_gpus = None;
             self.status.required_replicas = None;
@@ -230,6 +374,7 @@ impl PlanRun<'_> {
         match b.retry {
             Retry::Backoff => Action::requeue(self.ctx.backoff(self.plan)),
             Retry::Resync => Action::requeue(self.ctx.options.plan_resync),
+            Retry::After(d) => Action::requeue(d),
         }
     }
 
@@ -312,7 +457,7 @@ impl PlanRun<'_> {
             })
             .collect();
         let proposal = stable.proposal;
-        let mut lines = vec![arithmetic(&required.plan)];
+        let mut lines = proposal_lines(&required, stable.note, proposal, gpus);
         if replicas_tested == target.replicas && shortfall.is_some() {
             lines.insert(
                 0,
@@ -326,12 +471,6 @@ impl PlanRun<'_> {
                 ),
             );
         }
-        lines.extend(required.notes.iter().cloned());
-        lines.extend(stable.note);
-        lines.push(format!(
-            "{proposal} replicas × {gpus} GPUs/replica = {} GPUs",
-            u64::from(proposal) * u64::from(gpus)
-        ));
         self.status.capacity_per_replica_rps = Some(round3(required.plan.capacity_per_replica_rps));
         self.status.required_replicas = Some(required.replicas);
         self.status.proposed_replicas = Some(proposal);
@@ -356,19 +495,27 @@ impl PlanRun<'_> {
             self.ctx.metrics.plan_event("proposed");
         }
 
+        let mut next = self.ctx.options.plan_resync;
         match spec.mode {
             PlanMode::Apply => self.apply(&target, proposal).await?,
-            PlanMode::Propose => self.condition(
-                plan_cond::APPLIED,
-                Cond::False,
-                reason::PROPOSE_ONLY,
-                "mode is Propose: the proposal is not written to the workload",
-            ),
+            PlanMode::Propose => {
+                self.condition(
+                    plan_cond::APPLIED,
+                    Cond::False,
+                    reason::PROPOSE_ONLY,
+                    "mode is Propose: the proposal is not written to the workload",
+                );
+                if let Some(gitops) = &spec.gitops {
+                    let recheck = self
+                        .pull_request(gitops, proposal, gpus, peak, &evidence)
+                        .await?;
+                    next = next.min(recheck);
+                }
+            }
         }
         let poll = self
             .revalidate(&target, &evidence, peak, &identity, &declared, false)
             .await?;
-        let mut next = self.ctx.options.plan_resync;
         if let Some(p) = &spec.peak.prometheus {
             next = next.min(Duration::from(p.refresh).max(Duration::from_secs(1)));
         }
@@ -376,6 +523,98 @@ impl PlanRun<'_> {
             next = next.min(poll);
         }
         Ok(Action::requeue(next))
+    }
+
+    /// `spec.gitops`: the proposal as one pull request. Returns when to look again.
+    async fn pull_request(
+        &mut self,
+        gitops: &GitOps,
+        proposal: u32,
+        gpus: u32,
+        peak: f64,
+        evidence: &Evidence,
+    ) -> Result<Duration, Blocked> {
+        let recheck = Duration::from(gitops.recheck).max(Duration::from_secs(1));
+        let sweep: Vec<&FinishedPoint> = evidence
+            .benchmark
+            .as_ref()
+            .and_then(|b| b.status.as_ref())
+            .map(|s| {
+                s.points
+                    .iter()
+                    .filter(|p| p.cache == evidence.cache_mode && p.kind == PointKind::Rate)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let inputs = pull_request::Inputs {
+            plan: format!("{}/{}", self.namespace, self.plan.name_any()),
+            plan_name: &self.plan.name_any(),
+            namespace: &self.namespace,
+            target_ref: &self.plan.spec.target_ref,
+            gitops,
+            replicas: proposal,
+            gpus: Some(u64::from(proposal) * u64::from(gpus)),
+            peak_rps: peak,
+            peak_source: self.status.peak_source.as_deref(),
+            arithmetic: &self.status.arithmetic,
+            evidence: self.status.evidence.as_ref(),
+            sweep,
+            gate: evidence
+                .manifest
+                .as_ref()
+                .map(WorkloadManifest::gate_config),
+            said_edited: conditions::find(&self.before.conditions, plan_cond::PULL_REQUEST)
+                .is_some_and(|c| c.reason == reason::BRANCH_EDITED_BY_HUMAN),
+        };
+        let prev = self.before.pull_request.as_ref();
+        let hash = pull_request::inputs_hash(&inputs);
+        let looked = conditions::find(&self.before.conditions, plan_cond::PULL_REQUEST)
+            .is_some_and(|c| pull_request::SETTLED.contains(&c.reason.as_str()));
+        if looked && pull_request::fresh(prev, &hash, &self.time(), recheck) {
+            return Ok(recheck);
+        }
+        // One plan at a time talks to the forges: their write limits are per account.
+        let _turn = self.ctx.gitops.lock().await;
+        match pull_request::sync(&self.ctx.client, &inputs, prev, self.time()).await {
+            Ok(done) => {
+                self.status.pull_request = Some(done.status);
+                let status = if done.holds { Cond::True } else { Cond::False };
+                let news =
+                    self.is_news(plan_cond::PULL_REQUEST, status, done.reason, &done.message);
+                self.condition(
+                    plan_cond::PULL_REQUEST,
+                    status,
+                    done.reason,
+                    done.message.clone(),
+                );
+                if done.news || (news && !done.holds) {
+                    let type_ = if done.holds {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    };
+                    self.event(type_, done.reason, &done.message).await;
+                    self.ctx.metrics.plan_event("pull_request");
+                }
+                Ok(recheck)
+            }
+            Err(f) => {
+                if let Some(kept) = f.status {
+                    self.status.pull_request = Some(*kept);
+                }
+                let retry = match (f.retry_after, f.retryable) {
+                    (Some(d), _) => Retry::After(d),
+                    (None, true) => Retry::Backoff,
+                    (None, false) => Retry::Resync,
+                };
+                Err(Blocked {
+                    condition: plan_cond::PULL_REQUEST,
+                    reason: f.reason,
+                    message: f.message,
+                    retry,
+                })
+            }
+        }
     }
 
     /// The workload through discovery: its kind must be served and have `/scale`.
@@ -1546,6 +1785,7 @@ mod tests {
             verdict: verdict.into(),
             reasons: vec![],
             result_config_map: None,
+            classes: Vec::new(),
         }
     }
 

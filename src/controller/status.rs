@@ -3,7 +3,7 @@
 //! `goodput bench`; only the storage differs (status and ConfigMaps instead of memory).
 
 use crate::analysis::PointReport;
-use crate::api::{CacheModeName, FinishedPoint, PointKind};
+use crate::api::{CacheModeName, FinishedPoint, PointClass, PointKind};
 use crate::bench::driver::{self, Outcome, PointKey, Recorded};
 use crate::planning::assess;
 use crate::workload::WorkloadManifest;
@@ -53,6 +53,16 @@ pub fn finished_point(
         verdict: verdict.to_owned(),
         reasons: FinishedPoint::bounded_reasons(reasons),
         result_config_map: Some(result_config_map),
+        classes: report
+            .classes
+            .iter()
+            .map(|(name, c)| PointClass {
+                name: name.clone(),
+                successes: c.successful_count,
+                attainment: c.attainment,
+                passed: c.class_slo_pass && c.sample_adequate,
+            })
+            .collect(),
     }
 }
 
@@ -77,6 +87,7 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
         verdict: FinishedPoint::INVALID.to_owned(),
         reasons: FinishedPoint::bounded_reasons(vec![reason]),
         result_config_map: None,
+        classes: Vec::new(),
     }
 }
 

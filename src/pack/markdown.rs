@@ -480,7 +480,7 @@ fn warnings_section(result: &BenchResult) -> String {
 }
 
 /// A Markdown table; `|` inside a cell is escaped.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let line = |cells: &mut dyn Iterator<Item = &str>| {
         let cells: Vec<String> = cells.map(|c| c.replace('|', "\\|")).collect();
         format!("| {} |\n", cells.join(" | "))

@@ -1,10 +1,12 @@
 //! The capacity pack's human-facing files, rendered from a [`BenchResult`]: `sweep.md`,
-//! `plan.md`, the SVG plots and the terminal summary. Every figure is in real-time units;
+//! `plan.md`, the SVG plots and the terminal summary (and, in `proposal`, a replica
+//! proposal's pull request). Every figure is in real-time units;
 //! cache modes are always reported apart, never averaged.
 
 mod figures;
 mod markdown;
 mod plot;
+pub mod proposal;
 mod rows;
 mod summary;
 

@@ -141,6 +141,14 @@ README gives the reason for each verb. */}}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- with .Values.gitopsCredentialsSecrets }}
+# The credentials of ServingPlans' spec.gitops (a token, SSH or GitHub App key): get on
+# these Secrets by name, and no other Secret.
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: {{ toJson . }}
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{/* Read access to a target Service in another namespace (namespaced mode). */}}
