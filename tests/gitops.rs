@@ -46,14 +46,18 @@ struct World {
     forge: ForgeStub,
 }
 
-async fn world(gitops_extra: &str) -> World {
+async fn world(kind: ForgeKind, gitops_extra: &str) -> World {
     let s = setup().await;
     let c = &s.client;
     let remote = BareRemote::new(
         &[(FILE, DEPLOYMENT_YAML), ("README.md", "manifests\n")],
         "main",
     );
-    let forge = ForgeStub::start(ForgeKind::GitHub, TOKEN);
+    let forge = ForgeStub::start(kind.clone(), TOKEN);
+    let kind_name = match kind {
+        ForgeKind::GitHub => "GitHub",
+        ForgeKind::GitLab => "GitLab",
+    };
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
     deployments
         .create(
@@ -90,7 +94,7 @@ async fn world(gitops_extra: &str) -> World {
             "  scaleDown: {{cooldown: 0s}}\n  revalidation: {{enabled: false}}\n  gitops:\n    \
              repo: \"{}\"\n    credentialsSecret: gitops-bot\n    file: {FILE}\n    \
              edit: {{deployment: qwen}}\n    labels: [capacity]\n    reviewers: [platform-oncall]\n    \
-             recheck: 1s\n    forge: {{kind: GitHub, apiUrl: \"{}\", project: acme/manifests}}\n{gitops_extra}",
+             recheck: 1s\n    forge: {{kind: {kind_name}, apiUrl: \"{}\", project: acme/manifests}}\n{gitops_extra}",
             remote.file_url(),
             forge.url()
         ),
@@ -189,7 +193,7 @@ fn proposal_for(capacity: f64) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_applies() {
     let _serial = SERIAL.lock().await;
-    let w = world("").await;
+    let w = world(ForgeKind::GitHub, "").await;
     let c = &w.s.client;
 
     let plan = plan_until(c, Duration::from_secs(60), "the pull request", |p| {
@@ -356,13 +360,15 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
     assert!(!log.contains(TOKEN), "the token is in the operator's log");
 }
 
-/// A pull request a person closed is not opened again for the same proposal, only for a
-/// different one; a dry run shows the diff and pushes nothing; a wrong token is a
-/// condition naming the forge's refusal, without the token.
+/// On GitLab (merge requests): a dry run shows the diff and pushes nothing; a merge request
+/// a person closed is not opened again for the same proposal, only for a different one; a
+/// rate limit is a condition and the plan comes back when the forge says; a wrong token is
+/// a condition naming the forge's refusal, without the token; a protected branch rejects
+/// the push and nothing is half-done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_human_close_is_respected_and_faults_are_conditions() {
     let _serial = SERIAL.lock().await;
-    let w = world("    dryRun: true\n").await;
+    let w = world(ForgeKind::GitLab, "    dryRun: true\n").await;
     let c = &w.s.client;
 
     let plan = plan_until(c, Duration::from_secs(60), "the dry run", |p| {
@@ -421,6 +427,31 @@ async fn a_human_close_is_respected_and_faults_are_conditions() {
     .await;
     assert_eq!(w.forge.prs().len(), 2);
 
+    // Rate limited: said, and looked at again when the forge says (2 s), not before.
+    w.forge.rate_limit_next(1, 2);
+    set_capacity(c, 28.0).await;
+    plan_until(c, Duration::from_secs(60), "the rate limit", |p| {
+        pr_condition(p).is_some_and(|(s, r, _)| s == "False" && r == "ForgeRateLimited")
+    })
+    .await;
+    let limited = Instant::now();
+    plan_until(
+        c,
+        Duration::from_secs(60),
+        "the update after the limit",
+        |p| {
+            pr_replicas(p) == Some(7)
+                && pr_condition(p).is_some_and(|(_, r, _)| r == reason::PULL_REQUEST_UPDATED)
+        },
+    )
+    .await;
+    assert!(
+        limited.elapsed() >= Duration::from_millis(1500),
+        "the plan waited for the limit: {:?}",
+        limited.elapsed()
+    );
+    assert_eq!(w.forge.prs().len(), 2);
+
     // A wrong token: the forge's 401 is a condition, retried, and the token is nowhere.
     let secrets: Api<Secret> = Api::namespaced(c.clone(), NS);
     secrets
@@ -440,4 +471,36 @@ async fn a_human_close_is_respected_and_faults_are_conditions() {
     assert!(!text.contains("wrong") && !text.contains(TOKEN));
     // The proposal itself stands.
     assert_eq!(plan.status.and_then(|s| s.proposed_replicas), Some(10));
+
+    // The right token again, and a branch the forge protects: the push is refused, the
+    // merge request keeps its last proposal, the branch its last commit.
+    secrets
+        .patch(
+            "gitops-bot",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"data": {"token": k8s_openapi::ByteString(TOKEN.as_bytes().to_vec())}}),
+            ),
+        )
+        .await
+        .expect("the Secret changes back");
+    let before = w.remote.head(BRANCH);
+    w.remote.protect(BRANCH);
+    let plan = plan_until(c, Duration::from_secs(60), "the refused push", |p| {
+        pr_condition(p).is_some_and(|(s, r, _)| s == "False" && r == "PushRejected")
+    })
+    .await;
+    let (_, _, message) = pr_condition(&plan).expect("the condition");
+    assert!(
+        message.contains("protected branch hook declined"),
+        "{message}"
+    );
+    assert_eq!(w.remote.head(BRANCH), before);
+    let open = w
+        .forge
+        .prs()
+        .into_iter()
+        .find(|p| p.state == PrState::Open)
+        .expect("open");
+    assert!(open.body.contains("to 7 replicas"), "{}", open.body);
 }

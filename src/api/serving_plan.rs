@@ -605,6 +605,9 @@ pub struct PullRequestStatus {
     /// When goodput last looked at the repository and the pull request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checked_at: Option<Time>,
+    /// The forge rate-limited goodput: it is not called again before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Time>,
     /// A hash of what the last look started from (proposal, evidence, spec.gitops): when it
     /// is unchanged and the last look is recent, the repository is not cloned again.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -171,6 +171,10 @@ pub const SETTLED: [&str; 7] = [
     reason::DRY_RUN,
 ];
 
+/// The faults whose retry time the forge (or the backoff for an unavailable one) sets:
+/// the plan does not call the forge again before `status.pullRequest.notBefore`.
+pub const HELD: [&str; 2] = ["ForgeRateLimited", "ForgeUnavailable"];
+
 /// A hash of what a look starts from: unchanged inputs and a recent look mean nothing to do.
 pub fn inputs_hash(i: &Inputs<'_>) -> String {
     let text = format!(
@@ -399,6 +403,7 @@ pub async fn sync(
     }
     status.inputs_hash = Some(inputs_hash(i));
     status.checked_at = Some(now.clone());
+    status.not_before = None;
     let keep = |mut f: Failure, s: &PullRequestStatus| {
         f.status = Some(Box::new(s.clone()));
         f

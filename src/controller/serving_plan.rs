@@ -573,6 +573,24 @@ impl PlanRun<'_> {
         if looked && pull_request::fresh(prev, &hash, &self.time(), recheck) {
             return Ok(recheck);
         }
+        // A rate limit holds until the forge said, whatever wakes the plan meanwhile.
+        let wait = prev
+            .and_then(|p| p.not_before.as_ref())
+            .map(|t| t.0.as_second() - self.now.as_second())
+            .filter(|&s| s > 0);
+        let held =
+            conditions::find(&self.before.conditions, plan_cond::PULL_REQUEST).and_then(|c| {
+                let reason = pull_request::HELD.into_iter().find(|r| *r == c.reason)?;
+                Some((reason, c.message.clone()))
+            });
+        if let (Some(wait), Some((reason, message))) = (wait, held) {
+            return Err(Blocked {
+                condition: plan_cond::PULL_REQUEST,
+                reason,
+                message,
+                retry: Retry::After(Duration::from_secs(wait as u64)),
+            });
+        }
         // One plan at a time talks to the forges: their write limits are per account.
         let _turn = self.ctx.gitops.lock().await;
         match pull_request::sync(&self.ctx.client, &inputs, prev, self.time()).await {
@@ -599,8 +617,13 @@ impl PlanRun<'_> {
                 Ok(recheck)
             }
             Err(f) => {
-                if let Some(kept) = f.status {
-                    self.status.pull_request = Some(*kept);
+                let mut kept = f.status.map(|k| *k).or_else(|| prev.cloned());
+                if let (Some(k), Some(after)) = (kept.as_mut(), f.retry_after) {
+                    let until = self.now.as_second() + after.as_secs() as i64;
+                    k.not_before = Timestamp::from_second(until).ok().map(Time);
+                }
+                if kept.is_some() {
+                    self.status.pull_request = kept;
                 }
                 let retry = match (f.retry_after, f.retryable) {
                     (Some(d), _) => Retry::After(d),
