@@ -68,18 +68,22 @@ async fn world(kind: ForgeKind, gitops_extra: &str) -> World {
         .expect("the Deployment");
     evidence(c).await;
     let secrets: Api<Secret> = Api::namespaced(c.clone(), NS);
+    let mut data = std::collections::BTreeMap::from([(
+        "token".to_owned(),
+        k8s_openapi::ByteString(TOKEN.as_bytes().to_vec()),
+    )]);
+    if let Some(key) = signing_key() {
+        data.insert(
+            "signingKey".into(),
+            k8s_openapi::ByteString(key.into_bytes()),
+        );
+    }
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some("gitops-bot".into()),
             ..Default::default()
         },
-        data: Some(
-            [(
-                "token".to_owned(),
-                k8s_openapi::ByteString(TOKEN.as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
+        data: Some(data),
         ..Default::default()
     };
     secrets
@@ -111,6 +115,23 @@ async fn world(kind: ForgeKind, gitops_extra: &str) -> World {
         remote,
         forge,
     }
+}
+
+/// A fresh ed25519 private key from `ssh-keygen`, to sign goodput's commits; `None` (and a
+/// `SKIPPED:` line) where there is no ssh-keygen.
+fn signing_key() -> Option<String> {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let key = dir.path().join("key");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "goodput-e2e", "-f"])
+        .arg(&key)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        println!("SKIPPED: ssh-keygen is not installed; commits are not signed");
+        return None;
+    }
+    std::fs::read_to_string(key).ok()
 }
 
 async fn plan_until(
@@ -172,6 +193,13 @@ async fn set_peak(client: &kube::Client, rps: f64) {
     .expect("the peak is changed");
 }
 
+fn which_ssh_keygen() -> bool {
+    std::process::Command::new("ssh-keygen")
+        .arg("-?")
+        .output()
+        .is_ok()
+}
+
 /// `ceil(36 / (capacity / 4 × 0.75))`, the one formula, for the expected proposals.
 fn proposal_for(capacity: f64) -> u32 {
     goodput::planning::plan_replicas(goodput::planning::PlanInput {
@@ -188,8 +216,10 @@ fn proposal_for(capacity: f64) -> u32 {
 /// One pull request per plan: it opens with the evidence and exactly the replica change;
 /// 20 successive capacity changes update the same pull request and the same one-commit
 /// branch; setting the peak back (so the file already declares the proposal) closes it with
-/// a comment and deletes the branch; a new proposal then opens a new one; and a commit a
-/// person pushes to the branch stops goodput's pushes, said once on the pull request.
+/// a comment and deletes the branch; a new proposal then opens a new one; once a person
+/// merges that, the plan is up to date, and the next proposal opens another on the new
+/// base; and a commit a person pushes to the branch stops goodput's pushes, said once on
+/// the pull request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_applies() {
     let _serial = SERIAL.lock().await;
@@ -244,7 +274,15 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
     assert_eq!(w.remote.changed_files(BRANCH), [FILE]);
     assert_eq!(w.remote.log(BRANCH).len(), 2, "base + one commit");
     assert_eq!(pr.last_pushed_commit, w.remote.head(BRANCH));
-    let (_, author, subject) = &w.remote.log(BRANCH)[0];
+    let (sha, author, subject) = &w.remote.log(BRANCH)[0];
+    if which_ssh_keygen() {
+        assert!(
+            w.remote
+                .raw_commit(sha)
+                .contains("gpgsig -----BEGIN SSH SIGNATURE-----"),
+            "the Secret's signingKey signs the commit"
+        );
+    }
     assert_eq!(author, "goodput");
     assert_eq!(
         subject,
@@ -321,6 +359,43 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
     })
     .await;
     assert_eq!(w.forge.prs().len(), 2);
+    let second = w.forge.prs()[1].number;
+
+    // A person merges it: the base now declares 8, the plan is up to date and says merged.
+    let merged = w.remote.show(BRANCH, FILE).expect("the branch's file");
+    w.remote
+        .commit_as_human("main", FILE, &merged, "Merge pull request");
+    w.forge.merge_as_human(second);
+    let plan = plan_until(c, Duration::from_secs(60), "the merge", |p| {
+        pr_condition(p).is_some_and(|(_, r, _)| r == reason::UP_TO_DATE)
+    })
+    .await;
+    let pr = plan
+        .status
+        .and_then(|s| s.pull_request)
+        .expect("status.pullRequest");
+    assert_eq!(
+        (pr.number, pr.state.as_deref()),
+        (Some(second), Some("Merged"))
+    );
+    assert!(
+        w.forge.prs()[1].comments.is_empty(),
+        "a merged one gets no comment"
+    );
+
+    // The next proposal opens a new pull request on the new base.
+    set_capacity(c, 20.0).await;
+    let plan = plan_until(c, Duration::from_secs(60), "a third pull request", |p| {
+        pr_replicas(p) == Some(10)
+            && pr_condition(p).is_some_and(|(_, r, _)| r == reason::PULL_REQUEST_OPENED)
+    })
+    .await;
+    assert_eq!(w.forge.prs().len(), 3);
+    assert_eq!(
+        w.remote.show(BRANCH, FILE),
+        Some(DEPLOYMENT_YAML.replace("replicas: 4   #", "replicas: 10   #"))
+    );
+    assert_eq!(w.remote.log(BRANCH).len(), 3, "base, the merge, one commit");
     let ours = plan
         .status
         .and_then(|s| s.pull_request)
@@ -331,7 +406,7 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
         .commit_as_human(BRANCH, FILE, "replicas: 9\n", "hand edit");
     let human = w.remote.head(BRANCH);
     assert_ne!(human, ours);
-    set_capacity(c, 20.0).await;
+    set_capacity(c, 16.0).await;
     plan_until(c, Duration::from_secs(60), "the stop", |p| {
         pr_condition(p).is_some_and(|(s, r, _)| s == "False" && r == reason::BRANCH_EDITED_BY_HUMAN)
     })
@@ -343,7 +418,7 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
         "nothing pushed over the person's commit"
     );
     let prs = w.forge.prs();
-    let comments = &prs[1].comments;
+    let comments = &prs[2].comments;
     assert_eq!(
         comments
             .iter()
