@@ -349,7 +349,7 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
 
     // A new proposal opens a new pull request (goodput closed the last one itself).
     set_peak(c, 36.0).await;
-    let plan = plan_until(c, Duration::from_secs(60), "a new pull request", |p| {
+    plan_until(c, Duration::from_secs(60), "a new pull request", |p| {
         pr_condition(p).is_some_and(|(_, r, _)| r == reason::PULL_REQUEST_OPENED)
             && p.status
                 .as_ref()
