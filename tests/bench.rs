@@ -173,6 +173,65 @@ fn the_sweep_stays_under_the_model_capacity_and_warm_runs_hit_the_cache() {
     );
 
     check_pack(dir.path(), &result);
+    proposes_from_the_pack(dir.path(), &result);
+}
+
+/// `goodput propose --pack`: a ServingPlan on this benchmark proposes exactly what the
+/// pack's `plan.md` planned (the same data, the same formula), and its pull request body
+/// carries the pack's cold points and each class's gate at the capacity point.
+fn proposes_from_the_pack(pack: &Path, result: &BenchResult) {
+    let plan = result.plan.as_ref().expect("the pack's plan");
+    let repo = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        repo.path().join("values.yaml"),
+        "engine:\n  replicaCount: 1 # sized by goodput\n",
+    )
+    .expect("values");
+    let plan_file = repo.path().join("plan.yaml");
+    std::fs::write(
+        &plan_file,
+        "apiVersion: goodput.dev/v1alpha1\nkind: ServingPlan\nmetadata: {name: test}\nspec:\n  \
+         targetRef: {apiVersion: apps/v1, kind: Deployment, name: engine}\n  \
+         capacity: {benchmarkRef: {name: test-bench}}\n  peak: {rps: 30}\n  gitops:\n    \
+         repo: https://github.com/acme/m.git\n    file: values.yaml\n    \
+         edit: {helmValues: engine.replicaCount}\n",
+    )
+    .expect("plan");
+    let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args(["propose", "--output", "json", "--plan"])
+        .arg(&plan_file)
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--pack")
+        .arg(pack)
+        .output()
+        .expect("goodput propose runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["replicas"], plan.required_replicas, "{v:#}");
+    let body = v["body"].as_str().expect("a body");
+    assert!(body.contains("capacity pack of test-bench"), "{body}");
+    let cold_rows = result.modes[0].points.len();
+    let rows = body
+        .split("### Sweep")
+        .nth(1)
+        .expect("a sweep section")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Offered") && !l.starts_with("| ---"))
+        .take_while(|l| !l.is_empty())
+        .count();
+    assert!(
+        rows >= cold_rows,
+        "{rows} rows for {cold_rows} cold points: {body}"
+    );
+    assert!(body.contains("### Gate at the capacity point"), "{body}");
+    for class in &result.class_names {
+        assert!(body.contains(&format!("| {class} |")), "{class} in {body}");
+    }
 }
 
 /// Every file the capacity pack promises, with the fields SPEC.md names.

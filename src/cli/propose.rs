@@ -12,10 +12,12 @@ use kube::ResourceExt;
 
 use goodput::api::parse_kind;
 use goodput::api::{CapacityBenchmark, ServingPlan};
+use goodput::bench::result::BenchResult;
 use goodput::controller::pull_request::{edit_target, plan_hash};
-use goodput::controller::serving_plan::offline_proposal;
+use goodput::controller::serving_plan::{OfflineEvidence, offline_proposal};
 use goodput::gitops::edit;
 use goodput::pack::proposal::{self, Proposal};
+use goodput::workload::WorkloadManifest;
 
 /// Flags of `goodput propose`.
 #[derive(clap::Args)]
@@ -30,6 +32,11 @@ pub struct ProposeArgs {
     /// (`kubectl get capacitybenchmark NAME -o yaml`).
     #[arg(long)]
     benchmark: Option<PathBuf>,
+    /// The capacity pack `goodput bench` wrote for the benchmark the plan's
+    /// `capacity.benchmarkRef` names (its `sweep.json` and `workload-manifest.yaml`), in
+    /// place of `--benchmark`.
+    #[arg(long, conflicts_with = "benchmark")]
+    pack: Option<PathBuf>,
     /// The peak (requests per second), replacing the plan's (needed for a Prometheus peak).
     #[arg(long)]
     peak: Option<f64>,
@@ -48,6 +55,26 @@ enum Output {
     Patch,
     Body,
     Json,
+}
+
+/// A capacity pack's result and frozen manifest.
+fn read_pack(dir: &std::path::Path) -> Result<(BenchResult, WorkloadManifest)> {
+    let sweep = dir.join("sweep.json");
+    let text = std::fs::read_to_string(&sweep).with_context(|| {
+        format!(
+            "reading {} (is {} a capacity pack?)",
+            sweep.display(),
+            dir.display()
+        )
+    })?;
+    let result: BenchResult =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", sweep.display()))?;
+    let path = dir.join("workload-manifest.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: WorkloadManifest = serde_saphyr::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("parsing {}: {e}", path.display()))?;
+    Ok((result, manifest))
 }
 
 /// The body limit assumed offline: GitHub's (the smaller of the two forges').
@@ -75,7 +102,24 @@ pub fn run(args: ProposeArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let offline = offline_proposal(&plan, benchmark.as_ref(), args.peak, Timestamp::now())
+    let pack = match &args.pack {
+        Some(dir) => Some(read_pack(dir)?),
+        None => None,
+    };
+    let source = match (&benchmark, &pack) {
+        (Some(cb), _) => OfflineEvidence::Benchmark(cb),
+        (None, Some((result, manifest))) => OfflineEvidence::Pack {
+            result,
+            manifest,
+            path: args
+                .pack
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        },
+        (None, None) => OfflineEvidence::None,
+    };
+    let offline = offline_proposal(&plan, source, args.peak, Timestamp::now())
         .map_err(|refusals| anyhow::anyhow!("no proposal: {}", refusals.join("; ")))?;
 
     let path = args.repo.join(&gitops.file);

@@ -123,14 +123,175 @@ pub struct OfflineProposal {
     pub gate: Option<crate::analysis::GateConfig>,
 }
 
+/// Where an offline proposal's measured capacity comes from.
+pub enum OfflineEvidence<'a> {
+    /// None given: the plan's capacity must be typed in.
+    None,
+    /// The plan's `capacity.benchmarkRef`, as `kubectl get -o yaml` prints it.
+    Benchmark(&'a CapacityBenchmark),
+    /// A capacity pack `goodput bench` wrote: its `sweep.json` and frozen manifest.
+    Pack {
+        /// `sweep.json`.
+        result: &'a crate::bench::result::BenchResult,
+        /// `workload-manifest.yaml`.
+        manifest: &'a WorkloadManifest,
+        /// Where the pack is, for the evidence.
+        path: String,
+    },
+}
+
+/// The capacity a capacity pack measured, as a plan's evidence: the cache mode the plan
+/// names, else the one the pack planned with, else the lowest capacity; its points turned
+/// into status entries by the controller's own function.
+fn pack_capacity(
+    reference: &crate::api::BenchmarkRef,
+    result: &crate::bench::result::BenchResult,
+    manifest: &WorkloadManifest,
+    path: &str,
+) -> Result<(Evidence, Vec<FinishedPoint>), Vec<String>> {
+    if result.name != reference.name {
+        return Err(vec![format!(
+            "the pack is of benchmark {}, but the plan names {}",
+            result.name, reference.name
+        )]);
+    }
+    let mode = match reference.cache_mode.or(result.plan_cache_mode) {
+        Some(cache) => result.modes.iter().find(|m| m.cache == cache),
+        None => result
+            .modes
+            .iter()
+            .filter(|m| m.capacity_rps.is_some())
+            .min_by(|a, b| {
+                let c = |m: &crate::bench::result::ModeResult| m.capacity_rps.unwrap_or(0.0);
+                c(a).total_cmp(&c(b))
+            }),
+    };
+    let Some((mode, capacity)) = mode.and_then(|m| Some((m, m.capacity_rps?))) else {
+        return Err(vec![format!(
+            "the pack at {path} has no passing rate to plan with (its plan.md says why)"
+        )]);
+    };
+    let points: Vec<FinishedPoint> = mode
+        .points
+        .iter()
+        .map(|p| {
+            super::status::finished_point(
+                crate::bench::driver::PointKey::Rate {
+                    cache: mode.cache,
+                    rate: p.offered_rps,
+                    repeat: p.repeat,
+                },
+                &p.report,
+                p.valid,
+                &p.validity_reasons,
+                manifest,
+                p.dir.clone(),
+            )
+        })
+        .collect();
+    let at_capacity = points
+        .iter()
+        .find(|p| p.verdict == FinishedPoint::PASS && p.offered_rps == Some(capacity));
+    let record = PlanEvidence {
+        source: format!("capacity pack of {}", result.name),
+        cache_mode: Some(mode.cache),
+        capacity_rps: Some(capacity),
+        replicas_tested: Some(result.target.replicas),
+        weakest_class: at_capacity.and_then(|p| p.weakest_class.clone()),
+        weakest_attainment: at_capacity.and_then(|p| p.weakest_attainment),
+        pack: Some(path.to_owned()),
+        ..Default::default()
+    };
+    let evidence = Evidence {
+        capacity_rps: capacity,
+        replicas_tested: result.target.replicas.max(1),
+        gpus_per_replica: Some(result.target.gpus_per_replica),
+        cache_mode: mode.cache,
+        benchmark: None,
+        manifest: Some(manifest.clone()),
+        record,
+    };
+    Ok((evidence, points))
+}
+
+/// The evidence of an offline proposal, its rate points and gate.
+fn offline_evidence(
+    plan: &ServingPlan,
+    source: OfflineEvidence<'_>,
+    now: Timestamp,
+) -> Result<(Evidence, Vec<FinishedPoint>), Vec<String>> {
+    let spec = &plan.spec;
+    if let Some(per_replica) = spec.capacity.per_replica_rps {
+        let record = PlanEvidence {
+            source: "typed-in".into(),
+            capacity_rps: Some(per_replica),
+            replicas_tested: Some(1),
+            reason: spec.capacity.reason.clone(),
+            ..Default::default()
+        };
+        let evidence = Evidence {
+            capacity_rps: per_replica,
+            replicas_tested: 1,
+            gpus_per_replica: None,
+            cache_mode: CacheModeName::Cold,
+            benchmark: None,
+            manifest: None,
+            record,
+        };
+        return Ok((evidence, Vec::new()));
+    }
+    let Some(reference) = &spec.capacity.benchmark_ref else {
+        return Err(vec![
+            "spec.capacity: give benchmarkRef or perReplicaRps".into(),
+        ]);
+    };
+    let cb = match source {
+        OfflineEvidence::Benchmark(cb) => cb,
+        OfflineEvidence::Pack {
+            result,
+            manifest,
+            path,
+        } => return pack_capacity(reference, result, manifest, &path),
+        OfflineEvidence::None => {
+            return Err(vec![format!(
+                "spec.capacity.benchmarkRef names CapacityBenchmark {}: give it with \
+                 --benchmark (kubectl get capacitybenchmark {} -o yaml), or the capacity pack \
+                 `goodput bench` wrote with --pack",
+                reference.name, reference.name
+            )]);
+        }
+    };
+    if cb.name_any() != reference.name {
+        return Err(vec![format!(
+            "--benchmark is CapacityBenchmark {}, but the plan names {}",
+            cb.name_any(),
+            reference.name
+        )]);
+    }
+    let max_age = spec.evidence_max_age.map(Duration::from);
+    let mut found = benchmark_capacity(cb, reference.cache_mode, now, max_age)?;
+    let sweep = cb
+        .status
+        .as_ref()
+        .map(|s| {
+            s.points
+                .iter()
+                .filter(|p| p.cache == found.cache_mode && p.kind == PointKind::Rate)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    found.manifest = cb.spec.workload.manifest.as_deref().cloned();
+    Ok((found, sweep))
+}
+
 /// The proposal of `plan` from files: the same evidence checks (a benchmark must be
 /// Ready, fresh and have a passing point), formula and arithmetic as the controller, with
 /// no scale-down history (there is none offline) and no comparison with a live workload.
-/// `benchmark` is the plan's `capacity.benchmarkRef` as `kubectl get -o yaml` prints it;
 /// `peak` replaces a Prometheus peak, which needs a server.
 pub fn offline_proposal(
     plan: &ServingPlan,
-    benchmark: Option<&CapacityBenchmark>,
+    source: OfflineEvidence<'_>,
     peak: Option<f64>,
     now: Timestamp,
 ) -> Result<OfflineProposal, Vec<String>> {
@@ -140,73 +301,21 @@ pub fn offline_proposal(
         (None, Some(p)) => (p, "static (spec.peak.rps)".to_owned()),
         (None, None) => {
             return Err(vec![
-                "spec.peak is a Prometheus query, which needs a server: give the peak with --peak"
+                "spec.peak is a Prometheus query, which needs a server: give the peak with \
+                 --peak"
                     .into(),
             ]);
         }
     };
-    let (capacity_rps, replicas_tested, gpus_per_replica, record, sweep, gate) = match (
-        spec.capacity.per_replica_rps,
-        &spec.capacity.benchmark_ref,
-    ) {
-        (Some(per_replica), _) => {
-            let record = PlanEvidence {
-                source: "typed-in".into(),
-                capacity_rps: Some(per_replica),
-                replicas_tested: Some(1),
-                reason: spec.capacity.reason.clone(),
-                ..Default::default()
-            };
-            (per_replica, 1, None, record, Vec::new(), None)
-        }
-        (None, Some(reference)) => {
-            let Some(cb) = benchmark else {
-                return Err(vec![format!(
-                    "spec.capacity.benchmarkRef names CapacityBenchmark {}: give it with                          --benchmark (kubectl get capacitybenchmark {} -o yaml)",
-                    reference.name, reference.name
-                )]);
-            };
-            if cb.name_any() != reference.name {
-                return Err(vec![format!(
-                    "--benchmark is CapacityBenchmark {}, but the plan names {}",
-                    cb.name_any(),
-                    reference.name
-                )]);
-            }
-            let max_age = spec.evidence_max_age.map(Duration::from);
-            let found = benchmark_capacity(cb, reference.cache_mode, now, max_age)?;
-            let sweep = cb
-                .status
-                .as_ref()
-                .map(|s| {
-                    s.points
-                        .iter()
-                        .filter(|p| p.cache == found.cache_mode && p.kind == PointKind::Rate)
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
-            let gate = cb.spec.workload.manifest.as_ref().map(|m| m.gate_config());
-            (
-                found.capacity_rps,
-                found.replicas_tested,
-                found.gpus_per_replica,
-                found.record,
-                sweep,
-                gate,
-            )
-        }
-        (None, None) => {
-            return Err(vec![
-                "spec.capacity: give benchmarkRef or perReplicaRps".into(),
-            ]);
-        }
-    };
-    let gpus = spec.gpus_per_replica.or(gpus_per_replica).unwrap_or(1);
+    let (evidence, sweep) = offline_evidence(plan, source, now)?;
+    let gpus = spec
+        .gpus_per_replica
+        .or(evidence.gpus_per_replica)
+        .unwrap_or(1);
     let input = PlanInput {
         peak_rps,
-        capacity_rps,
-        replicas_tested,
+        capacity_rps: evidence.capacity_rps,
+        replicas_tested: evidence.replicas_tested,
         gpus_per_replica: gpus,
         target_utilization: spec.target_utilization,
     };
@@ -219,9 +328,12 @@ pub fn offline_proposal(
         peak_rps,
         peak_source,
         arithmetic: proposal_lines(&required, None, replicas, gpus),
-        evidence: record,
+        evidence: evidence.record,
         sweep,
-        gate,
+        gate: evidence
+            .manifest
+            .as_ref()
+            .map(WorkloadManifest::gate_config),
     })
 }
 
