@@ -688,8 +688,8 @@ impl PlanRun<'_> {
         // A rate limit holds until the forge said, whatever wakes the plan meanwhile.
         let wait = prev
             .and_then(|p| p.not_before.as_ref())
-            .map(|t| t.0.as_second() - self.now.as_second())
-            .filter(|&s| s > 0);
+            .map(|t| t.0.as_millisecond() - self.now.as_millisecond())
+            .filter(|&ms| ms > 0);
         let held =
             conditions::find(&self.before.conditions, plan_cond::PULL_REQUEST).and_then(|c| {
                 let reason = pull_request::HELD.into_iter().find(|r| *r == c.reason)?;
@@ -700,7 +700,7 @@ impl PlanRun<'_> {
                 condition: plan_cond::PULL_REQUEST,
                 reason,
                 message,
-                retry: Retry::After(Duration::from_secs(wait as u64)),
+                retry: Retry::After(Duration::from_millis(wait as u64)),
             });
         }
         // One plan at a time talks to the forges: their write limits are per account.
@@ -731,8 +731,11 @@ impl PlanRun<'_> {
             Err(f) => {
                 let mut kept = f.status.map(|k| *k).or_else(|| prev.cloned());
                 if let (Some(k), Some(after)) = (kept.as_mut(), f.retry_after) {
-                    let until = self.now.as_second() + after.as_secs() as i64;
-                    k.not_before = Timestamp::from_second(until).ok().map(Time);
+                    // Whole seconds, as the status keeps times: rounded up, never early.
+                    let ms = self.now.as_millisecond() + after.as_millis() as i64;
+                    k.not_before = Timestamp::from_second((ms + 999).div_euclid(1000))
+                        .ok()
+                        .map(Time);
                 }
                 if kept.is_some() {
                     self.status.pull_request = kept;
