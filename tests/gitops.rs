@@ -140,20 +140,7 @@ async fn plan_until(
     what: &str,
     done: impl Fn(&ServingPlan) -> bool,
 ) -> ServingPlan {
-    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + timeout;
-    loop {
-        let plan = api.get(PLAN).await.expect("the plan reads");
-        if done(&plan) {
-            return plan;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:#?}",
-            plan.status
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fixture::plan_until(client, PLAN, timeout, what, done).await
 }
 
 fn pr_condition(plan: &ServingPlan) -> Option<(String, String, String)> {

@@ -14,7 +14,7 @@ mod fixture;
 #[path = "support/operator.rs"]
 mod harness;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fixture::{IDENTITY, NS, engines, evidence, unstarted_engines};
 use goodput::api::conditions::plan::{self as plan_cond, reason};
@@ -62,20 +62,7 @@ async fn plan_until(
     what: &str,
     done: impl Fn(&ServingPlan) -> bool,
 ) -> ServingPlan {
-    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + timeout;
-    loop {
-        let plan = api.get(PLAN).await.expect("the plan reads");
-        if done(&plan) {
-            return plan;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:#?}",
-            plan.status
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    fixture::plan_until(client, PLAN, timeout, what, done).await
 }
 
 fn condition<'a>(plan: &'a ServingPlan, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {

@@ -123,6 +123,16 @@ pub struct OfflineProposal {
     pub gate: Option<crate::analysis::GateConfig>,
 }
 
+/// A benchmark's rate points in one cache mode: the sweep a proposal shows.
+fn rate_points(cb: &CapacityBenchmark, cache: CacheModeName) -> Vec<&FinishedPoint> {
+    cb.status.as_ref().map_or_else(Vec::new, |s| {
+        s.points
+            .iter()
+            .filter(|p| p.cache == cache && p.kind == PointKind::Rate)
+            .collect()
+    })
+}
+
 /// Where an offline proposal's measured capacity comes from.
 pub enum OfflineEvidence<'a> {
     /// None given: the plan's capacity must be typed in.
@@ -222,23 +232,7 @@ fn offline_evidence(
 ) -> Result<(Evidence, Vec<FinishedPoint>), Vec<String>> {
     let spec = &plan.spec;
     if let Some(per_replica) = spec.capacity.per_replica_rps {
-        let record = PlanEvidence {
-            source: "typed-in".into(),
-            capacity_rps: Some(per_replica),
-            replicas_tested: Some(1),
-            reason: spec.capacity.reason.clone(),
-            ..Default::default()
-        };
-        let evidence = Evidence {
-            capacity_rps: per_replica,
-            replicas_tested: 1,
-            gpus_per_replica: None,
-            cache_mode: CacheModeName::Cold,
-            benchmark: None,
-            manifest: None,
-            record,
-        };
-        return Ok((evidence, Vec::new()));
+        return Ok((Evidence::typed_in(per_replica, &spec.capacity), Vec::new()));
     }
     let Some(reference) = &spec.capacity.benchmark_ref else {
         return Err(vec![
@@ -270,17 +264,10 @@ fn offline_evidence(
     }
     let max_age = spec.evidence_max_age.map(Duration::from);
     let mut found = benchmark_capacity(cb, reference.cache_mode, now, max_age)?;
-    let sweep = cb
-        .status
-        .as_ref()
-        .map(|s| {
-            s.points
-                .iter()
-                .filter(|p| p.cache == found.cache_mode && p.kind == PointKind::Rate)
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let sweep = rate_points(cb, found.cache_mode)
+        .into_iter()
+        .cloned()
+        .collect();
     found.manifest = cb.spec.workload.manifest.as_deref().cloned();
     Ok((found, sweep))
 }
@@ -363,6 +350,25 @@ struct Evidence {
 }
 
 impl Evidence {
+    /// A capacity per replica typed into the spec (`capacity.perReplicaRps`), with its reason.
+    fn typed_in(per_replica: f64, capacity: &crate::api::CapacitySource) -> Self {
+        Evidence {
+            capacity_rps: per_replica,
+            replicas_tested: 1,
+            gpus_per_replica: None,
+            cache_mode: CacheModeName::Cold,
+            benchmark: None,
+            manifest: None,
+            record: PlanEvidence {
+                source: "typed-in".into(),
+                capacity_rps: Some(per_replica),
+                replicas_tested: Some(1),
+                reason: capacity.reason.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
     fn per_replica(&self) -> f64 {
         self.capacity_rps / f64::from(self.replicas_tested.max(1))
     }
@@ -647,16 +653,10 @@ impl PlanRun<'_> {
         evidence: &Evidence,
     ) -> Result<Duration, Blocked> {
         let recheck = Duration::from(gitops.recheck).max(Duration::from_secs(1));
-        let sweep: Vec<&FinishedPoint> = evidence
+        let sweep = evidence
             .benchmark
             .as_ref()
-            .and_then(|b| b.status.as_ref())
-            .map(|s| {
-                s.points
-                    .iter()
-                    .filter(|p| p.cache == evidence.cache_mode && p.kind == PointKind::Rate)
-                    .collect()
-            })
+            .map(|b| rate_points(b, evidence.cache_mode))
             .unwrap_or_default();
         let inputs = pull_request::Inputs {
             plan: format!("{}/{}", self.namespace, self.plan.name_any()),
@@ -847,23 +847,9 @@ impl PlanRun<'_> {
                     format!("spec.capacity.perReplicaRps: {per_replica} must be positive"),
                 ));
             }
-            let record = PlanEvidence {
-                source: "typed-in".into(),
-                capacity_rps: Some(per_replica),
-                replicas_tested: Some(1),
-                reason: capacity.reason.clone(),
-                ..Default::default()
-            };
-            self.valid_evidence(&record);
-            return Ok(Evidence {
-                capacity_rps: per_replica,
-                replicas_tested: 1,
-                gpus_per_replica: None,
-                cache_mode: CacheModeName::Cold,
-                benchmark: None,
-                manifest: None,
-                record,
-            });
+            let evidence = Evidence::typed_in(per_replica, capacity);
+            self.valid_evidence(&evidence.record);
+            return Ok(evidence);
         }
         let Some(reference) = &capacity.benchmark_ref else {
             return Err(Blocked::new(

@@ -9,7 +9,9 @@
 
 #![allow(dead_code)] // the test and the bench each use their own part
 
-use goodput::api::CapacityBenchmark;
+use std::time::{Duration, Instant};
+
+use goodput::api::{CapacityBenchmark, ServingPlan};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -173,4 +175,28 @@ spec:
   mode: {mode}
 {extra}"#
     )
+}
+
+/// Polls the plan `name` until `done` holds, or panics after `timeout` with its status.
+pub async fn plan_until(
+    client: &kube::Client,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&ServingPlan) -> bool,
+) -> ServingPlan {
+    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let plan = api.get(name).await.expect("the plan reads");
+        if done(&plan) {
+            return plan;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:#?}",
+            plan.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
