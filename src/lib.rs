@@ -5,11 +5,13 @@
 //! Each formula (TPOT, attainment, nearest-rank percentile, replicas) has exactly one
 //! definition here, and every shell calls it.
 
+pub mod alerts;
 pub mod analysis;
 pub mod api;
 pub mod bench;
 pub mod controller;
 pub mod engine_metrics;
+pub mod failure;
 pub mod gitops;
 pub mod http_client;
 pub mod loadgen;

@@ -866,8 +866,8 @@ struct LoadgenArgs {
     /// Run one point of a CapacityBenchmark as the operator hands it to a Job: the point
     /// file holds the spec, the manifest, the point and the target, and the load is built
     /// exactly as `goodput bench` builds it. Only --shard, --start-at, --out,
-    /// --result-config-map, --result-namespace, the --results-* options and --quiet apply
-    /// with it.
+    /// --result-config-map, --result-namespace, the --results-* options, --metrics-addr
+    /// and --quiet apply with it.
     #[arg(long, conflicts_with_all = ["target", "manifest", "rate", "concurrency", "trace", "time_scale"])]
     point_file: Option<PathBuf>,
     /// Workload manifest (default: the seed's).
@@ -1001,6 +1001,13 @@ struct LoadgenArgs {
     /// HTTPS targets negotiate HTTP/2 by ALPN anyway.
     #[arg(long)]
     http2: bool,
+    /// Serve the client metrics the `goodput-client` alert rules read on
+    /// `http://HOST:PORT/metrics` while the command runs (e.g. 0.0.0.0:9090; port 0 picks
+    /// one): requests completed by class and result, successes meeting both cutoffs,
+    /// the attainment target, and the p99 schedule lag over the last second. Warmup
+    /// requests count; figures are in real time under --time-scale.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
@@ -1249,6 +1256,37 @@ async fn measure_and_hand_over(
             args.results_allow_http,
         )?),
         None => None,
+    };
+    // Bound before any load too; served until this function returns (on any path), when
+    // `_metrics_stop` drops.
+    let (_metrics_stop, live_metrics) = match args.metrics_addr {
+        Some(addr) => {
+            use goodput::loadgen::live_metrics::{LiveMetrics, bind, serve};
+            let listener = bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?;
+            let metrics = std::sync::Arc::new(LiveMetrics::new(&plan.gate, k));
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            if !args.quiet {
+                let at = listener.local_addr().unwrap_or(addr);
+                eprintln!("loadgen: client metrics on http://{at}/metrics");
+            }
+            let served = metrics.clone();
+            tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stopped.await;
+                };
+                if let Err(e) = serve(listener, served, shutdown).await {
+                    eprintln!("loadgen: warning: the metrics server stopped: {e}");
+                }
+            });
+            (Some(stop), Some(metrics))
+        }
+        None => (None, None),
+    };
+    let config = &goodput::loadgen::run::LoadConfig {
+        live_metrics,
+        ..config.clone()
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

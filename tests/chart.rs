@@ -1,6 +1,7 @@
 //! The Helm chart (`charts/goodput`) with the real `helm` and `kubectl`: it lints, renders
 //! with the default and the `ci/*-values.yaml` values, runs every container it renders as a
-//! locked-down non-root user, ships the generated CRDs, refuses bad values; and applied to
+//! locked-down non-root user, ships the generated CRDs, refuses bad values, ships the alert
+//! rules and the dashboard when asked; and applied to
 //! the test cluster, which enforces RBAC for every ServiceAccount, its operator Deployment
 //! comes up, one replica leads, and the operator runs the minimal example to `Ready=True`
 //! and a ServingPlan to `Applied` with the chart's permissions and no others (taking one
@@ -1107,4 +1108,114 @@ fn the_image_builds_from_the_dockerfile_where_a_builder_exists() {
         String::from_utf8_lossy(&ran.stdout).trim(),
         format!("goodput {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+fn file(path: &str) -> String {
+    std::fs::read_to_string(chart().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+const BOTH: [&str; 4] = [
+    "--set",
+    "monitoring.prometheusRule.enabled=true",
+    "--set",
+    "monitoring.dashboard.enabled=true",
+];
+
+#[test]
+fn the_chart_ships_the_alert_rules_and_the_dashboard_when_asked() {
+    let Some(tools) = tools() else { return };
+    let chart = chart();
+    let chart = chart.to_str().expect("a UTF-8 path");
+
+    let mut lint = vec!["lint", "--strict", chart];
+    lint.extend_from_slice(&BOTH);
+    let out = helm(&tools, &lint);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Off by default.
+    let objects = render(&tools, &[]);
+    assert!(of_kind(&objects, "PrometheusRule").is_empty());
+    assert!(
+        of_kind(&objects, "ConfigMap")
+            .iter()
+            .all(|c| c["metadata"]["labels"]["grafana_dashboard"].is_null())
+    );
+
+    let objects = render(&tools, &BOTH);
+    let rules = of_kind(&objects, "PrometheusRule");
+    assert_eq!(rules.len(), 1);
+    let rule = rules[0];
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], NAMESPACE);
+    let shipped: Value = serde_saphyr::from_str(&file("files/alerts.yaml")).expect("alerts.yaml");
+    assert_eq!(rule["spec"]["groups"], shipped["groups"]);
+    assert!(
+        rule["spec"]["groups"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty())
+    );
+    // The same text the evaluator compiles in.
+    assert_eq!(
+        file("files/alerts.yaml"),
+        goodput::alerts::SHIPPED_RULES_YAML
+    );
+
+    let maps = of_kind(&objects, "ConfigMap");
+    let dashboards: Vec<&&Value> = maps
+        .iter()
+        .filter(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(dashboards.len(), 1, "{maps:#?}");
+    let data = dashboards[0]["data"].as_object().expect("data");
+    assert_eq!(data.len(), 1);
+    let (key, json) = data.iter().next().expect("one key");
+    assert!(key.ends_with(".json"), "{key}");
+    let rendered: Value = serde_json::from_str(json.as_str().expect("a string")).expect("JSON");
+    let shipped: Value = serde_json::from_str(&file("files/dashboard.json")).expect("JSON");
+    assert_eq!(rendered, shipped);
+    assert_eq!(
+        json.as_str().map(str::trim),
+        Some(file("files/dashboard.json").trim())
+    );
+
+    // Namespaces, labels and annotations from the values.
+    let objects = render(
+        &tools,
+        &[
+            "--set",
+            "monitoring.prometheusRule.enabled=true,monitoring.prometheusRule.namespace=monitoring,monitoring.prometheusRule.labels.release=prometheus",
+            "--set",
+            "monitoring.dashboard.enabled=true,monitoring.dashboard.namespace=grafana,monitoring.dashboard.labels.team=llm,monitoring.dashboard.annotations.grafana_folder=LLM",
+        ],
+    );
+    let rule = of_kind(&objects, "PrometheusRule")[0];
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    let dashboard = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .expect("the dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "grafana");
+    assert_eq!(dashboard["metadata"]["labels"]["team"], "llm");
+    assert_eq!(
+        dashboard["metadata"]["annotations"]["grafana_folder"],
+        "LLM"
+    );
+
+    // The schema refuses what is not a value.
+    for args in [
+        &["--set", "monitoring.prometheusRule.enabled=yes"][..],
+        &["--set", "monitoring.dashboard.unknown=1"],
+        &["--set", "monitoring.prometheusRule.labels.release=1"],
+    ] {
+        let mut all = vec!["template", RELEASE, chart];
+        all.extend_from_slice(args);
+        let out = helm(&tools, &all);
+        assert!(!out.status.success(), "accepted: {args:?}");
+        assert!(
+            text(&out).contains("values don't meet the specifications of the schema"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
 }

@@ -72,6 +72,7 @@ fn config(target: String, rate: f64) -> LoadConfig {
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,
+        live_metrics: None,
     }
 }
 

@@ -102,6 +102,10 @@ pub struct CapacityBenchmarkSpec {
     /// How the operator runs each point's load generator (cluster runs only).
     #[serde(default, skip_serializing_if = "LoadgenSettings::is_default")]
     pub loadgen: LoadgenSettings,
+    /// Faults injected at a passing rate after the sweep, each its own test and report
+    /// (`goodput bench` against the simulated engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_test: Option<super::FailureTest>,
 }
 
 /// How the operator runs each point's load generator: one Job per point, an Indexed Job

@@ -41,6 +41,7 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     out.peak(spec);
     out.reporting(spec);
     out.loadgen(spec);
+    out.failure_test(spec);
     out.0
 }
 
@@ -437,6 +438,82 @@ impl Lint {
         }
     }
 
+    fn failure_test(&mut self, spec: &CapacityBenchmarkSpec) {
+        let Some(ft) = &spec.failure_test else { return };
+        let at = "spec.failureTest";
+        if let Some(rate) = ft.rate
+            && !positive(rate)
+        {
+            self.error(
+                format!("{at}.rate"),
+                format!("{rate} must be a positive rate (requests per second)"),
+            );
+        }
+        if !(ft.rate_fraction > 0.0 && ft.rate_fraction <= 1.0) {
+            self.error(
+                format!("{at}.rateFraction"),
+                format!("{} is outside (0, 1]", ft.rate_fraction),
+            );
+        }
+        for (name, v) in [
+            ("steadySeconds", ft.steady_seconds),
+            ("observeSeconds", ft.observe_seconds),
+        ] {
+            if !positive(v) {
+                self.error(format!("{at}.{name}"), format!("{v} must be positive"));
+            }
+        }
+        if ft.faults.is_empty() {
+            self.error(format!("{at}.faults"), "name at least one fault");
+        }
+        let replicas = spec
+            .target
+            .is_simulated()
+            .then(|| spec.target.simulated.as_ref().map_or(1, |s| s.replicas));
+        if !spec.target.is_simulated() {
+            self.warning(
+                at,
+                "faults go in through the simulated engine's admin API: against a URL the \
+                 server must be `goodput serve-sim`",
+            );
+        }
+        for (i, f) in ft.faults.iter().enumerate() {
+            let path = format!("{at}.faults[{i}]");
+            if let Some(n) = replicas
+                && f.replica >= n
+            {
+                self.error(
+                    format!("{path}.replica"),
+                    format!("replica {} does not exist: the target has {n}", f.replica),
+                );
+            }
+            if f.kind == super::FaultKind::ColdStart && replicas == Some(1) {
+                self.error(
+                    format!("{path}.kind"),
+                    "a cold start keeps one replica out until the injection: it needs at \
+                     least two",
+                );
+            }
+            if !(0.0..=1.0).contains(&f.kv_fraction()) {
+                self.error(
+                    format!("{path}.kvFraction"),
+                    format!("{} is outside [0, 1]", f.kv_fraction()),
+                );
+            }
+            if let Some(d) = f.duration_seconds
+                && !positive(d)
+            {
+                self.error(
+                    format!("{path}.durationSeconds"),
+                    format!("{d} must be positive"),
+                );
+            }
+            if f.load_seconds.is_some_and(|s| !(s >= 0.0 && s.is_finite())) {
+                self.error(format!("{path}.loadSeconds"), "must be at least 0");
+            }
+        }
+    }
+
     fn loadgen(&mut self, spec: &CapacityBenchmarkSpec) {
         let l = &spec.loadgen;
         if l.results_claim.is_some() && l.results_bucket.is_some() {
@@ -671,6 +748,7 @@ mod tests {
             peak: None,
             reporting: Reporting::default(),
             loadgen: Default::default(),
+            failure_test: None,
         }
     }
 
@@ -699,6 +777,74 @@ mod tests {
             .filter(|f| f.severity == Severity::Warning)
             .map(|f| f.path.as_str())
             .collect()
+    }
+
+    #[test]
+    fn failure_tests_are_checked() {
+        use crate::api::{FailureTest, Fault, FaultKind, SimulatedTarget};
+        let f = lint_with(|s, _| s.failure_test = Some(FailureTest::default()));
+        assert!(f.is_empty(), "the defaults are clean: {f:?}");
+        let f = lint_with(|s, _| {
+            s.target.simulated = Some(SimulatedTarget {
+                replicas: 2,
+                ..SimulatedTarget::default()
+            });
+            s.failure_test = Some(FailureTest {
+                rate: Some(-1.0),
+                rate_fraction: 1.5,
+                steady_seconds: 0.0,
+                observe_seconds: f64::NAN,
+                faults: vec![
+                    Fault {
+                        replica: 2,
+                        ..Fault::default()
+                    },
+                    Fault {
+                        kind: FaultKind::KvCapacity,
+                        kv_fraction: Some(1.5),
+                        duration_seconds: Some(0.0),
+                        ..Fault::default()
+                    },
+                    Fault {
+                        kind: FaultKind::ColdStart,
+                        load_seconds: Some(-3.0),
+                        ..Fault::default()
+                    },
+                ],
+            });
+        });
+        assert_eq!(
+            errors(&f),
+            [
+                "spec.failureTest.rate",
+                "spec.failureTest.rateFraction",
+                "spec.failureTest.steadySeconds",
+                "spec.failureTest.observeSeconds",
+                "spec.failureTest.faults[0].replica",
+                "spec.failureTest.faults[1].kvFraction",
+                "spec.failureTest.faults[1].durationSeconds",
+                "spec.failureTest.faults[2].loadSeconds",
+            ]
+        );
+        let f = lint_with(|s, _| {
+            s.failure_test = Some(FailureTest {
+                faults: vec![Fault {
+                    kind: FaultKind::ColdStart,
+                    ..Fault::default()
+                }],
+                ..FailureTest::default()
+            });
+        });
+        assert_eq!(errors(&f), ["spec.failureTest.faults[0].kind"]);
+        let f = lint_with(|s, _| {
+            s.target.url = Some("http://127.0.0.1:8000".into());
+            s.failure_test = Some(FailureTest {
+                faults: Vec::new(),
+                ..FailureTest::default()
+            });
+        });
+        assert_eq!(errors(&f), ["spec.failureTest.faults"]);
+        assert!(warnings(&f).contains(&"spec.failureTest"), "{f:?}");
     }
 
     #[test]

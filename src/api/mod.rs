@@ -3,12 +3,14 @@
 
 mod capacity_benchmark;
 pub mod conditions;
+mod failure_test;
 pub mod lint;
 mod load;
 mod serving_plan;
 mod status;
 
 pub use capacity_benchmark::*;
+pub use failure_test::*;
 pub use load::*;
 pub use serving_plan::*;
 pub use status::*;

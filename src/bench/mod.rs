@@ -217,6 +217,23 @@ pub async fn run_bench(
     if let (Some(_), None) = (&spec.peak, &plan) {
         warnings.push("no replica plan: no rate passed the gate in the plan's cache mode".into());
     }
+    let failure_tests = match &spec.failure_test {
+        Some(test) => {
+            let cache = plan_cache_mode.or_else(|| modes.first().map(|m| m.cache));
+            let capacity = cache
+                .and_then(|c| modes.iter().find(|m| m.cache == c))
+                .and_then(|m| m.capacity_rps);
+            runner
+                .failure_tests(
+                    test,
+                    cache.unwrap_or(CacheModeName::Cold),
+                    capacity,
+                    &mut warnings,
+                )
+                .await?
+        }
+        None => Vec::new(),
+    };
     let result = BenchResult {
         name,
         started_at,
@@ -234,6 +251,7 @@ pub async fn run_bench(
         plan_cache_mode,
         plan,
         warnings,
+        failure_tests,
     };
     write_json(&options.out.join("sweep.json"), &result)?;
     crate::pack::write_reports(&options.out, &result)
@@ -335,6 +353,89 @@ impl Runner<'_> {
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
         })
+    }
+
+    /// The failure tests of `spec.failureTest`, one after another, at the given rate or the
+    /// capacity × `rateFraction`; each writes its folder and comes back as its report.
+    async fn failure_tests(
+        &self,
+        test: &crate::api::FailureTest,
+        cache: CacheModeName,
+        capacity_rps: Option<f64>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<crate::failure::FailureReport>, BenchError> {
+        use crate::failure::local::{SimulatedFleet, run_test};
+        let Some(rate) = test
+            .rate
+            .or_else(|| capacity_rps.map(|c| c * test.rate_fraction))
+        else {
+            warnings.push(
+                "failure tests skipped: no rate passed the gate and failureTest.rate is not \
+                 given"
+                    .into(),
+            );
+            return Ok(Vec::new());
+        };
+        let rate = (rate * 1000.0).round() / 1000.0;
+        let k = self.target.time_scale;
+        let fleet = SimulatedFleet {
+            router_url: self.target.facts.url.clone(),
+            time_scale: k,
+        };
+        let gate = self.manifest.gate_config();
+        let point_target = PointTarget {
+            url: self.target.facts.url.clone(),
+            model: self.target.facts.model.clone(),
+            metrics_targets: self.target.metrics_targets.clone(),
+            discover_metrics: false,
+            time_scale: k,
+        };
+        let key = PointKey::Rate {
+            cache,
+            rate,
+            repeat: 0,
+        };
+        let mut reports = Vec::new();
+        for (i, fault) in test.faults.iter().enumerate() {
+            self.bar.set_message(format!(
+                "failure test {}: {} on replica {} at {} RPS",
+                i + 1,
+                fault.kind,
+                fault.replica,
+                rate_label(rate)
+            ));
+            // Prompts of their own: the sweep's never reach these engines' caches.
+            let nonce = self.nonce.wrapping_add(0x9e37_79b9 * (i as u64 + 1));
+            let (config, plan) =
+                point_job::point_load(self.spec, self.manifest, key, &point_target, nonce)
+                    .map_err(|e| BenchError::Spec(e.to_string()))?;
+            let done = run_test(
+                &self.client,
+                &fleet,
+                test,
+                fault,
+                (&config, &plan),
+                self.target.facts.replicas,
+                &gate,
+                self.stop.clone(),
+            )
+            .await
+            .map_err(|e| BenchError::Spec(format!("failure test {}: {e}", fault.kind)))?;
+            if let Some(e) = &done.alerts_error {
+                warnings.push(format!(
+                    "failure test {}: alerts not evaluated: {e}",
+                    fault.kind
+                ));
+            }
+            let (report, run, config, plan) = (done.report, done.run, done.config, done.plan);
+            let dir = self.out.join(fault.kind.dir());
+            let summary = run.measured.summarize(&config, &plan)?;
+            run.measured.write(&summary, &plan, &dir)?;
+            write_json(&dir.join("failure-test.json"), &report)?;
+            self.bar.inc(1);
+            reports.push(report);
+        }
+        Ok(reports)
     }
 
     /// One closed-loop level.

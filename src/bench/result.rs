@@ -44,6 +44,9 @@ pub struct BenchResult {
     pub plan: Option<ReplicaPlan>,
     /// Things a reviewer should know.
     pub warnings: Vec<String>,
+    /// The failure tests run after the sweep (`failure-test.md`), each its own report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_tests: Vec<crate::failure::FailureReport>,
 }
 
 /// The server under test as it was found.

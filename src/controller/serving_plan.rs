@@ -1691,6 +1691,8 @@ fn verification_benchmark(
         }),
         reporting: base.map(|b| b.reporting.clone()).unwrap_or_default(),
         loadgen: base.map(|b| b.loadgen.clone()).unwrap_or_default(),
+        // A revalidation measures capacity; it never injects faults into the fleet.
+        failure_test: None,
     };
     let name = format!(
         "{}-verify-r{}-{}",

@@ -1092,6 +1092,7 @@ mod tests {
             prompt_method: PromptMethod::TokenIds,
             max_in_flight: None,
             progress: false,
+            live_metrics: None,
         }
     }
 
@@ -1139,6 +1140,7 @@ mod tests {
             sent_s,
             first_token_s: None,
             last_token_s: None,
+            ended_s: sent_s + 0.001,
             input_tokens: 64,
             max_tokens: 32,
             ttft_ms: 0.0,
@@ -1162,6 +1164,7 @@ mod tests {
         RequestRecord {
             first_token_s: Some(scheduled_s + ttft / 1e3),
             last_token_s: Some(scheduled_s + e2e / 1e3),
+            ended_s: scheduled_s + e2e / 1e3,
             ttft_ms: ttft,
             tpot_ms: tpot,
             e2e_ms: e2e,

@@ -8,6 +8,7 @@
 pub mod bucket;
 pub mod client;
 pub mod handoff;
+pub mod live_metrics;
 pub mod point;
 pub mod prompt;
 pub mod publish;

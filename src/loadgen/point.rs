@@ -522,6 +522,7 @@ fn merge_runs(run: &mut PointRun, more: PointRun, offset: f64) {
         r.sent_s = shift(r.sent_s);
         r.first_token_s = r.first_token_s.map(shift);
         r.last_token_s = r.last_token_s.map(shift);
+        r.ended_s = shift(r.ended_s);
         run.records.push(r);
     }
     let (a, b) = (&mut run.client, more.client);

@@ -24,6 +24,9 @@ pub struct RequestRecord {
     pub first_token_s: Option<f64>,
     /// Last token arrival (s from the start).
     pub last_token_s: Option<f64>,
+    /// When the response ended: `[DONE]`, the end of the body, or the failure (s from the
+    /// start). For a failure it is when the client learnt of it.
+    pub ended_s: f64,
     /// Prompt tokens sent.
     pub input_tokens: u32,
     /// `max_tokens` asked.
@@ -60,6 +63,7 @@ impl RequestRecord {
         self.sent_s *= k;
         self.first_token_s = self.first_token_s.map(|t| t * k);
         self.last_token_s = self.last_token_s.map(|t| t * k);
+        self.ended_s *= k;
         self.ttft_ms *= k;
         self.tpot_ms *= k;
         self.e2e_ms *= k;
@@ -95,6 +99,7 @@ impl RequestRecord {
             sent_s: since(outcome.sent),
             first_token_s: outcome.first_token.map(since),
             last_token_s: outcome.last_token.map(since),
+            ended_s: since(outcome.ended),
             input_tokens,
             max_tokens,
             ttft_ms: ttft,
@@ -159,6 +164,7 @@ pub fn write_requests_csv(
         "sent_s",
         "first_token_s",
         "last_token_s",
+        "ended_s",
         "schedule_lag_ms",
         "input_tokens",
         "max_tokens",
@@ -193,6 +199,7 @@ pub fn write_requests_csv(
             format!("{:.6}", r.sent_s),
             opt(r.first_token_s),
             opt(r.last_token_s),
+            format!("{:.6}", r.ended_s),
             f3(r.schedule_lag_ms()),
             r.input_tokens.to_string(),
             r.max_tokens.to_string(),

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::client::send;
+use super::live_metrics::{Due, LiveMetrics};
 use super::prompt::{CacheMode, PromptMethod, build_prompt};
 use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
@@ -76,6 +77,9 @@ pub struct LoadConfig {
     pub max_in_flight: Option<usize>,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Live client metrics to update as each request is sent and completes (warmup
+    /// included), served by `goodput loadgen --metrics-addr`; `None`: none kept.
+    pub live_metrics: Option<Arc<LiveMetrics>>,
 }
 
 impl LoadConfig {
@@ -115,6 +119,7 @@ impl LoadConfig {
             prompt_method: PromptMethod::TokenIds,
             max_in_flight: None,
             progress: false,
+            live_metrics: None,
         }
     }
 
@@ -286,7 +291,9 @@ impl Shared {
     }
 
     /// Sends one request, honouring the stop signal; the outcome is `Cancelled` if stopped.
-    async fn run_one(&self, r: &ScheduledRequest) -> RequestOutcome {
+    /// `due`: the open-loop request's mark in the live metrics, sent with it (`None` in
+    /// closed loop, which sends on no schedule, or without live metrics).
+    async fn run_one(&self, r: &ScheduledRequest, due: Option<Due>) -> RequestOutcome {
         let spec = self.spec_for(r);
         let _permit = match &self.cap {
             Some(sem) => sem.acquire().await.ok(),
@@ -297,6 +304,11 @@ impl Shared {
         self.sent.fetch_add(1, Ordering::Relaxed);
         let mut stop = self.stop.clone();
         let started = Instant::now();
+        match (due, &self.config.live_metrics) {
+            (Some(due), _) => due.sent(started),
+            (None, Some(m)) => m.sent(started, started),
+            (None, None) => {}
+        }
         let outcome = tokio::select! {
             o = send(&self.client, &self.config.target, &spec, &self.config.timeouts) => o,
             _ = stop.wait_for(|s| *s) => cancelled(started),
@@ -422,10 +434,13 @@ pub async fn run_point_from(
                     if due > now {
                         std::thread::sleep(due - now);
                     }
+                    // Due from now until sent: a task the runtime is slow to start shows
+                    // in the live lag gauge while it waits.
+                    let pending = sh.config.live_metrics.as_ref().map(|m| m.due(due));
                     let sh = sh.clone();
                     let tx = tx.clone();
                     handle.spawn(async move {
-                        let outcome = sh.run_one(&r).await;
+                        let outcome = sh.run_one(&r, pending).await;
                         let rec = RequestRecord::new(
                             r.index,
                             r.class,
@@ -435,6 +450,9 @@ pub async fn run_point_from(
                             r.output_tokens,
                             outcome,
                         );
+                        if let Some(m) = &sh.config.live_metrics {
+                            m.observe(&rec);
+                        }
                         let _ = tx.send(rec);
                     });
                 }
@@ -465,7 +483,7 @@ pub async fn run_point_from(
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let mut r = schedule[(i % schedule.len() as u64) as usize].clone();
                             r.index = i;
-                            let outcome = sh.run_one(&r).await;
+                            let outcome = sh.run_one(&r, None).await;
                             let sent = outcome.sent;
                             let rec = RequestRecord::new(
                                 i,
@@ -476,6 +494,9 @@ pub async fn run_point_from(
                                 r.output_tokens,
                                 outcome,
                             );
+                            if let Some(m) = &sh.config.live_metrics {
+                                m.observe(&rec);
+                            }
                             let _ = tx.send(rec);
                         }
                     })

@@ -25,6 +25,12 @@ pub fn write_reports(dir: &Path, result: &BenchResult) -> std::io::Result<()> {
     fs::write(dir.join("sweep.md"), sweep_markdown(result))?;
     fs::write(dir.join("plan.md"), plan_markdown(result))?;
     write_plots(&dir.join("plots"), result)?;
+    if !result.failure_tests.is_empty() {
+        fs::write(
+            dir.join("failure-test.md"),
+            crate::failure::report::render(&result.failure_tests),
+        )?;
+    }
     Ok(())
 }
 

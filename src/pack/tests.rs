@@ -359,6 +359,7 @@ fn fixture(repeats: u32) -> BenchResult {
         plan_cache_mode: Some(CacheModeName::Cold),
         plan,
         warnings: vec!["the warm pool is smaller than the KV cache".into()],
+        failure_tests: Vec::new(),
     }
 }
 

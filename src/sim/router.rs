@@ -68,6 +68,17 @@ pub struct Backend {
     removals: AtomicU64,
     /// Unix time (ms) of the last removal from rotation; 0 if never.
     last_removal_ms: AtomicU64,
+    /// Unix time (ms) of the last return to rotation; 0 if never.
+    last_return_ms: AtomicU64,
+    /// Unix time (ms) of the first failed probe of the current failing streak; 0 while
+    /// healthy (the readiness signal, before the detection delay removes the replica).
+    failing_since_ms: AtomicU64,
+    /// Unix time (ms) the router last picked this replica for a request; 0 if never.
+    last_routed_ms: AtomicU64,
+    /// Requests the router picked this replica for.
+    routed: AtomicU64,
+    /// `routed` when the replica was last removed from rotation.
+    routed_at_removal: AtomicU64,
 }
 
 impl Backend {
@@ -81,6 +92,11 @@ impl Backend {
             requests_failed: AtomicU64::new(0),
             removals: AtomicU64::new(0),
             last_removal_ms: AtomicU64::new(0),
+            last_return_ms: AtomicU64::new(0),
+            failing_since_ms: AtomicU64::new(0),
+            last_routed_ms: AtomicU64::new(0),
+            routed: AtomicU64::new(0),
+            routed_at_removal: AtomicU64::new(0),
         }
     }
 
@@ -158,12 +174,27 @@ impl Router {
             .unwrap_or_else(|e| e.into_inner());
         if healthy {
             *since = None;
-            return !backend.in_rotation.swap(true, Ordering::Relaxed);
+            backend.failing_since_ms.store(0, Ordering::Relaxed);
+            let returned = !backend.in_rotation.swap(true, Ordering::Relaxed);
+            if returned {
+                backend
+                    .last_return_ms
+                    .store(unix_ms(SystemTime::now()), Ordering::Relaxed);
+            }
+            return returned;
+        }
+        if since.is_none() {
+            backend
+                .failing_since_ms
+                .store(unix_ms(SystemTime::now()), Ordering::Relaxed);
         }
         let first = *since.get_or_insert(now);
         if now.duration_since(first) >= self.config.detection_delay && backend.in_rotation() {
             backend.in_rotation.store(false, Ordering::Relaxed);
             backend.removals.fetch_add(1, Ordering::Relaxed);
+            backend
+                .routed_at_removal
+                .store(backend.routed.load(Ordering::Relaxed), Ordering::Relaxed);
             backend
                 .last_removal_ms
                 .store(unix_ms(SystemTime::now()), Ordering::Relaxed);
@@ -287,7 +318,8 @@ async fn health(State(router): State<Arc<Router>>) -> StatusCode {
     }
 }
 
-/// One replica as `GET /replicas` lists it.
+/// One replica as `GET /replicas` lists it (what a failure test watches: the readiness
+/// signal, the removal, the return and the last request routed).
 #[derive(Serialize)]
 struct ReplicaInfo<'a> {
     index: usize,
@@ -296,6 +328,21 @@ struct ReplicaInfo<'a> {
     outstanding: usize,
     removals: u64,
     last_removal_unix_ms: Option<u64>,
+    last_return_unix_ms: Option<u64>,
+    failing_since_unix_ms: Option<u64>,
+    last_routed_unix_ms: Option<u64>,
+    routed: u64,
+    routed_at_last_removal: u64,
+    forwarded: u64,
+    upstream_errors: u64,
+}
+
+/// 0 (never) as `None`.
+fn since_epoch(ms: &AtomicU64) -> Option<u64> {
+    match ms.load(Ordering::Relaxed) {
+        0 => None,
+        ms => Some(ms),
+    }
 }
 
 async fn replicas(State(router): State<Arc<Router>>) -> impl IntoResponse {
@@ -309,13 +356,20 @@ async fn replicas(State(router): State<Arc<Router>>) -> impl IntoResponse {
             in_rotation: b.in_rotation(),
             outstanding: b.outstanding(),
             removals: b.removals.load(Ordering::Relaxed),
-            last_removal_unix_ms: match b.last_removal_ms.load(Ordering::Relaxed) {
-                0 => None,
-                ms => Some(ms),
-            },
+            last_removal_unix_ms: since_epoch(&b.last_removal_ms),
+            last_return_unix_ms: since_epoch(&b.last_return_ms),
+            failing_since_unix_ms: since_epoch(&b.failing_since_ms),
+            last_routed_unix_ms: since_epoch(&b.last_routed_ms),
+            routed: b.routed.load(Ordering::Relaxed),
+            routed_at_last_removal: b.routed_at_removal.load(Ordering::Relaxed),
+            forwarded: b.requests_ok.load(Ordering::Relaxed),
+            upstream_errors: b.requests_failed.load(Ordering::Relaxed),
         })
         .collect();
-    axum::Json(serde_json::json!({ "replicas": list }))
+    axum::Json(serde_json::json!({
+        "replicas": list,
+        "no_replica": router.no_replica.load(Ordering::Relaxed),
+    }))
 }
 
 /// An OpenAI-style error response.
@@ -337,6 +391,10 @@ async fn forward(State(router): State<Arc<Router>>, req: Request) -> Response {
         router.no_replica.fetch_add(1, Ordering::Relaxed);
         return error(StatusCode::SERVICE_UNAVAILABLE, "no replica is in rotation");
     };
+    backend.routed.fetch_add(1, Ordering::Relaxed);
+    backend
+        .last_routed_ms
+        .store(unix_ms(SystemTime::now()), Ordering::Relaxed);
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, router.config.max_body_bytes).await {
         Ok(b) => b,

@@ -1,0 +1,167 @@
+//! `spec.failureTest`: faults injected at a passing rate, each its own test with its own
+//! report (never folded into one score).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Failure tests run after the rate sweep: at a rate the deployment passes, after a steady
+/// period, one fault is injected while the load keeps running through detection and
+/// recovery. Each fault is its own test and its own report (`failure-test.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureTest {
+    /// Offered rate (requests per second). Default: the highest passing rate of the plan's
+    /// cache mode × `rateFraction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Fraction of the highest passing rate run when `rate` is not given. Default 20/24,
+    /// the methodology's 20 RPS on a deployment whose capacity is 24.
+    #[serde(default = "default_rate_fraction")]
+    pub rate_fraction: f64,
+    /// Seconds of load before the fault (model time): the baseline window.
+    #[serde(default = "default_steady")]
+    pub steady_seconds: f64,
+    /// Seconds of load after the fault (model time): detection, recovery and the
+    /// after-window.
+    #[serde(default = "default_observe")]
+    pub observe_seconds: f64,
+    /// The faults, each run as its own test in this order. Default: kill one replica.
+    #[serde(default = "default_faults")]
+    pub faults: Vec<Fault>,
+}
+
+impl Default for FailureTest {
+    fn default() -> Self {
+        FailureTest {
+            rate: None,
+            rate_fraction: default_rate_fraction(),
+            steady_seconds: default_steady(),
+            observe_seconds: default_observe(),
+            faults: default_faults(),
+        }
+    }
+}
+
+fn default_rate_fraction() -> f64 {
+    20.0 / 24.0
+}
+
+fn default_steady() -> f64 {
+    60.0
+}
+
+fn default_observe() -> f64 {
+    120.0
+}
+
+fn default_faults() -> Vec<Fault> {
+    vec![Fault::default()]
+}
+
+/// What a failure test injects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FaultKind {
+    /// The replica dies (locally: the simulated engine's kill; in a cluster: its pod is
+    /// deleted). It must be detected and removed from routing, and its replacement must
+    /// bring capacity back.
+    #[default]
+    KillReplica,
+    /// A new replica joins cold (locally: a replica kept out of rotation starts at the
+    /// injection with its load time; in a cluster: the target is scaled up by one).
+    ColdStart,
+    /// The replica's usable KV cache is cut to `kvFraction` (simulated engine only).
+    KvCapacity,
+    /// Latency and jitter added on the replica's link (simulated engine only).
+    DegradedLink,
+}
+
+impl FaultKind {
+    /// The name in reports and folders.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::KillReplica => "KillReplica",
+            FaultKind::ColdStart => "ColdStart",
+            FaultKind::KvCapacity => "KvCapacity",
+            FaultKind::DegradedLink => "DegradedLink",
+        }
+    }
+
+    /// The pack folder of this fault's test: `failure/kill-replica`.
+    pub fn dir(self) -> &'static str {
+        match self {
+            FaultKind::KillReplica => "failure/kill-replica",
+            FaultKind::ColdStart => "failure/cold-start",
+            FaultKind::KvCapacity => "failure/kv-capacity",
+            FaultKind::DegradedLink => "failure/degraded-link",
+        }
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One fault.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Fault {
+    /// The fault.
+    #[serde(default)]
+    pub kind: FaultKind,
+    /// Which replica (0-based; in a cluster, the target's ready pods sorted by name).
+    #[serde(default)]
+    pub replica: u32,
+    /// `KillReplica` on the simulated engine: seconds (model time) after the kill at which
+    /// a replacement serves again, as a Deployment's new pod would. Absent: 30. Negative:
+    /// never (the remaining replicas must hold the rate, or shed load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreate_after_seconds: Option<f64>,
+    /// `ColdStart`: seconds (model time) the new replica takes to load before it serves.
+    /// Absent: 20.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_seconds: Option<f64>,
+    /// `KvCapacity`: usable fraction of the replica's KV cache. Absent: 0.25.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_fraction: Option<f64>,
+    /// `DegradedLink`: latency added to every request on the link (ms). Absent: 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_latency_ms: Option<u64>,
+    /// `DegradedLink`: extra uniform jitter (ms). Absent: 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<u64>,
+    /// `KvCapacity` and `DegradedLink`: seconds (model time) the fault lasts. Absent: to the
+    /// end of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}
+
+impl Fault {
+    /// Model seconds after the kill at which the replacement serves; `None`: never.
+    pub fn recreate_after_s(&self) -> Option<f64> {
+        match self.recreate_after_seconds {
+            None => Some(30.0),
+            Some(s) if s < 0.0 => None,
+            Some(s) => Some(s),
+        }
+    }
+
+    /// Model seconds a cold-starting replica loads before it serves.
+    pub fn load_s(&self) -> f64 {
+        self.load_seconds.unwrap_or(20.0).max(0.0)
+    }
+
+    /// Usable KV fraction under `KvCapacity`.
+    pub fn kv_fraction(&self) -> f64 {
+        self.kv_fraction.unwrap_or(0.25)
+    }
+
+    /// Added latency and jitter under `DegradedLink` (ms).
+    pub fn link(&self) -> (u64, u64) {
+        (
+            self.added_latency_ms.unwrap_or(200),
+            self.jitter_ms.unwrap_or(100),
+        )
+    }
+}

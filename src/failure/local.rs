@@ -1,0 +1,615 @@
+//! A failure test against the simulated engine (`goodput serve-sim`, or the fleet `goodput
+//! bench` starts): the load runs through the router as a client would, the fault goes in
+//! through the fleet's admin API at its time, and a watcher polls the router's `GET
+//! /replicas` (readiness probe, removal, return, requests routed) while the engines'
+//! `/metrics` are scraped as at every point.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use super::{FailureReport, FiredAlert, Observed, Signals, analyze};
+use crate::analysis::GateConfig;
+use crate::api::{FailureTest, Fault, FaultKind};
+use crate::engine_metrics::profile::Concept;
+use crate::engine_metrics::series::{Across, Coverage, MetricsSeries};
+use crate::loadgen::point::{MeasuredPoint, PointError, PointPlan, measure_point};
+use crate::loadgen::record::RequestRecord;
+use crate::loadgen::run::{LoadConfig, LoadMode};
+
+/// How often the watcher polls the router (wall clock).
+const POLL: Duration = Duration::from_millis(50);
+
+/// Why a failure test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum FailureError {
+    /// The fleet's admin API or router refused or could not be reached.
+    #[error("simulated fleet at {url}: {message}")]
+    Fleet {
+        /// The URL called.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The load could not run.
+    #[error(transparent)]
+    Point(#[from] PointError),
+    /// The test cannot run as configured.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// One replica in the router's `GET /replicas`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RouterReplica {
+    /// Whether the router sends work to it.
+    pub in_rotation: bool,
+    /// Last removal from rotation (Unix ms).
+    pub last_removal_unix_ms: Option<u64>,
+    /// Last return to rotation (Unix ms).
+    pub last_return_unix_ms: Option<u64>,
+    /// First failed probe of the current failing streak (Unix ms).
+    pub failing_since_unix_ms: Option<u64>,
+    /// Requests routed to it.
+    pub routed: u64,
+    /// `routed` at its last removal.
+    pub routed_at_last_removal: u64,
+}
+
+/// The router's `GET /replicas`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RouterState {
+    /// Replicas by index.
+    pub replicas: Vec<RouterReplica>,
+    /// Requests refused because no replica was in rotation.
+    pub no_replica: u64,
+}
+
+impl RouterState {
+    /// Requests the router received: routed to a replica or refused for want of one.
+    pub fn received(&self) -> u64 {
+        self.replicas.iter().map(|r| r.routed).sum::<u64>() + self.no_replica
+    }
+}
+
+/// The fleet behind a router with the admin API (`goodput serve-sim`).
+#[derive(Clone, Debug)]
+pub struct SimulatedFleet {
+    /// The router's base URL (also the admin API's).
+    pub router_url: String,
+    /// How many times faster than real time the engines run.
+    pub time_scale: f64,
+}
+
+impl SimulatedFleet {
+    async fn call(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, FailureError> {
+        let url = format!("{}{path}", self.router_url);
+        let fail = |message: String| FailureError::Fleet {
+            url: url.clone(),
+            message,
+        };
+        let req = match body {
+            Some(b) => client.post(&url).json(&b),
+            None => client.get(&url),
+        };
+        let resp = req
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| fail(e.to_string()))?;
+        if !status.is_success() {
+            return Err(fail(format!("HTTP {status}: {text}")));
+        }
+        serde_json::from_str(&text).map_err(|e| fail(format!("unreadable answer: {e}")))
+    }
+
+    /// The router's view of the replicas.
+    pub async fn state(&self, client: &reqwest::Client) -> Result<RouterState, FailureError> {
+        let v = self.call(client, "/replicas", None).await?;
+        serde_json::from_value(v).map_err(|e| FailureError::Fleet {
+            url: format!("{}/replicas", self.router_url),
+            message: format!("unreadable answer: {e}"),
+        })
+    }
+
+    fn wall(&self, model_s: f64) -> Duration {
+        Duration::from_secs_f64((model_s / self.time_scale).max(0.0))
+    }
+
+    async fn wait_rotation(
+        &self,
+        client: &reqwest::Client,
+        want: impl Fn(usize) -> bool,
+    ) -> Result<(), FailureError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let state = self.state(client).await?;
+            if state
+                .replicas
+                .iter()
+                .enumerate()
+                .all(|(i, r)| r.in_rotation == want(i))
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(FailureError::Fleet {
+                    url: self.router_url.clone(),
+                    message: "the router's rotation did not settle within 20 s".into(),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Every replica healthy, fault-free and in rotation; for a cold start, the fault's
+    /// replica out (it joins at the injection).
+    async fn prepare(&self, client: &reqwest::Client, fault: &Fault) -> Result<(), FailureError> {
+        let listed = self.call(client, "/admin/replicas", None).await?;
+        let serving: Vec<bool> = listed["replicas"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| r["serving"].as_bool() == Some(true))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let n = serving.len();
+        let victim = fault.replica as usize;
+        if victim >= n {
+            return Err(FailureError::Config(format!(
+                "failureTest: replica {victim} does not exist (the fleet has {n})"
+            )));
+        }
+        for (i, up) in serving.iter().enumerate() {
+            let base = format!("/admin/replicas/{i}");
+            if !up {
+                // Only a stopped replica: a restore is scheduled on the fleet's side and
+                // would bring back one killed below.
+                self.call(
+                    client,
+                    &format!("{base}/restore"),
+                    Some(serde_json::json!({"cold_start_ms": 0})),
+                )
+                .await?;
+            }
+            self.call(
+                client,
+                &format!("{base}/faults"),
+                Some(serde_json::json!({})),
+            )
+            .await?;
+            self.call(
+                client,
+                &format!("{base}/kv"),
+                Some(serde_json::json!({"factor": 1.0})),
+            )
+            .await?;
+        }
+        self.wait_rotation(client, |_| true).await?;
+        if fault.kind == FaultKind::ColdStart {
+            self.call(
+                client,
+                &format!("/admin/replicas/{victim}/kill"),
+                Some(serde_json::json!({})),
+            )
+            .await?;
+            self.wait_rotation(client, |i| i != victim).await?;
+        }
+        Ok(())
+    }
+
+    /// Injects the fault now; returns its Unix time (ms) and, for a timed fault, when it
+    /// was lifted (after sleeping through it).
+    async fn inject(
+        &self,
+        client: &reqwest::Client,
+        fault: &Fault,
+    ) -> Result<(u64, Option<u64>), FailureError> {
+        let base = format!("/admin/replicas/{}", fault.replica);
+        let at = match fault.kind {
+            FaultKind::KillReplica => {
+                let v = self
+                    .call(client, &format!("{base}/kill"), Some(serde_json::json!({})))
+                    .await?;
+                let at = v["killed_at_unix_ms"].as_u64().unwrap_or_else(unix_ms);
+                if let Some(after) = fault.recreate_after_s() {
+                    // The replacement, as a Deployment's new pod: serving after its delay.
+                    let ms = self.wall(after).as_millis() as u64;
+                    self.call(
+                        client,
+                        &format!("{base}/restore"),
+                        Some(serde_json::json!({"cold_start_ms": ms})),
+                    )
+                    .await?;
+                }
+                at
+            }
+            FaultKind::ColdStart => {
+                let ms = self.wall(fault.load_s()).as_millis() as u64;
+                let v = self
+                    .call(
+                        client,
+                        &format!("{base}/restore"),
+                        Some(serde_json::json!({"cold_start_ms": ms})),
+                    )
+                    .await?;
+                v["requested_at_unix_ms"].as_u64().unwrap_or_else(unix_ms)
+            }
+            FaultKind::KvCapacity => {
+                let v = self
+                    .call(
+                        client,
+                        &format!("{base}/kv"),
+                        Some(serde_json::json!({"factor": fault.kv_fraction()})),
+                    )
+                    .await?;
+                v["at_unix_ms"].as_u64().unwrap_or_else(unix_ms)
+            }
+            FaultKind::DegradedLink => {
+                let (latency, jitter) = fault.link();
+                // The replica runs `k` times faster: its link does too, so the model's
+                // latency is the wall latency × k.
+                let scale = |ms: u64| (ms as f64 / self.time_scale).round() as u64;
+                let v = self
+                    .call(
+                        client,
+                        &format!("{base}/faults"),
+                        Some(serde_json::json!({
+                            "added_latency_ms": scale(latency),
+                            "latency_jitter_ms": scale(jitter),
+                        })),
+                    )
+                    .await?;
+                v["at_unix_ms"].as_u64().unwrap_or_else(unix_ms)
+            }
+        };
+        let lifted = match (fault.kind, fault.duration_seconds) {
+            (FaultKind::KvCapacity | FaultKind::DegradedLink, Some(d)) => {
+                tokio::time::sleep(self.wall(d)).await;
+                let (path, body) = if fault.kind == FaultKind::KvCapacity {
+                    ("kv", serde_json::json!({"factor": 1.0}))
+                } else {
+                    ("faults", serde_json::json!({}))
+                };
+                self.call(client, &format!("{base}/{path}"), Some(body))
+                    .await?;
+                Some(unix_ms())
+            }
+            _ => None,
+        };
+        Ok((at, lifted))
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One failure test's load, in real-time units: the point's configuration at `rate` and a
+/// single schedule block spanning the manifest's warmup, the steady period and the
+/// observation period (no continuation: the test is bounded in time).
+pub fn fault_load(
+    config: &LoadConfig,
+    plan: &PointPlan,
+    rate: f64,
+    steady_s: f64,
+    observe_s: f64,
+) -> (LoadConfig, PointPlan) {
+    let span = config.warmup_s + steady_s + observe_s;
+    let mut plan = plan.clone();
+    plan.schedule.requests = (rate * span).ceil().max(1.0) as u64;
+    plan.max_blocks = 1;
+    plan.min_duration_s = 0.0;
+    plan.min_per_class = 0;
+    let config = LoadConfig {
+        mode: LoadMode::Rate { rate },
+        ..config.clone()
+    };
+    (config, plan)
+}
+
+/// What one local failure test measured, in model time.
+#[derive(Debug)]
+pub struct LocalRun {
+    /// The load's records and engine series.
+    pub measured: MeasuredPoint,
+    /// Injection time (model s since the load's time zero).
+    pub injected_s: f64,
+    /// When a timed fault was lifted.
+    pub lifted_s: Option<f64>,
+    /// The signals watched.
+    pub signals: Signals,
+    /// The waiting queue summed over the replicas that answered.
+    pub queue: Vec<(f64, f64)>,
+    /// End of the run (the last request's end).
+    pub end_s: f64,
+}
+
+impl LocalRun {
+    /// The analysis input.
+    pub fn observed<'a>(
+        &'a self,
+        fault: &Fault,
+        rate_rps: f64,
+        replicas: u32,
+        gate: &'a GateConfig,
+        alerts: Vec<FiredAlert>,
+        recovery_window_s: f64,
+    ) -> Observed<'a> {
+        Observed {
+            kind: fault.kind,
+            replica: format!("replica {}", fault.replica),
+            rate_rps,
+            replicas,
+            injected_s: self.injected_s,
+            lifted_s: self.lifted_s,
+            end_s: self.end_s,
+            records: &self.measured.run.records,
+            warmup_sent: self
+                .measured
+                .run
+                .client
+                .sent
+                .saturating_sub(self.measured.run.records.len() as u64),
+            queue: &self.queue,
+            signals: self.signals.clone(),
+            alerts,
+            gate,
+            recovery_window_s,
+        }
+    }
+}
+
+/// Runs one failure test: prepares the fleet, runs the load (`config` and `plan` in real
+/// time, from [`fault_load`]), injects the fault `inject_after_s` model seconds after the
+/// load's time zero, watches the router throughout, and returns everything in model time.
+pub async fn run_fault(
+    client: &reqwest::Client,
+    fleet: &SimulatedFleet,
+    fault: &Fault,
+    config: &LoadConfig,
+    plan: &PointPlan,
+    inject_after_s: f64,
+    stop: watch::Receiver<bool>,
+) -> Result<LocalRun, FailureError> {
+    let k = fleet.time_scale;
+    fleet.prepare(client, fault).await?;
+    let before = fleet.state(client).await?;
+    let mut scaled_plan = plan.time_scaled(k);
+    // A time zero known in advance: the injection is scheduled on the same clock.
+    let zero_unix_s = unix_ms() as f64 / 1e3 + 0.5;
+    scaled_plan.start_at_unix_s = Some(zero_unix_s);
+    let scaled = config.time_scaled(k);
+
+    let (done_tx, done_rx) = watch::channel(false);
+    let watcher = {
+        let (client, fleet, mut done) = (client.clone(), fleet.clone(), done_rx.clone());
+        tokio::spawn(async move {
+            let mut snaps: Vec<(u64, RouterState)> = Vec::new();
+            loop {
+                if let Ok(s) = fleet.state(&client).await {
+                    snaps.push((unix_ms(), s));
+                }
+                tokio::select! {
+                    _ = done.wait_for(|d| *d) => break,
+                    () = tokio::time::sleep(POLL) => {}
+                }
+            }
+            snaps
+        })
+    };
+    let injector = {
+        let (client, fleet, fault) = (client.clone(), fleet.clone(), fault.clone());
+        let at = zero_unix_s + inject_after_s / k;
+        tokio::spawn(async move {
+            let wait = at - unix_ms() as f64 / 1e3;
+            tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0))).await;
+            fleet.inject(&client, &fault).await
+        })
+    };
+    let measured = measure_point(client.clone(), &scaled, &scaled_plan, stop).await;
+    let _ = done_tx.send(true);
+    let snaps = watcher.await.unwrap_or_default();
+    let injected = injector.await.map_err(|e| FailureError::Fleet {
+        url: fleet.router_url.clone(),
+        message: format!("the injection task failed: {e}"),
+    });
+    let mut measured = measured?;
+    let (injected_ms, lifted_ms) = injected??;
+    let after = fleet.state(client).await?;
+    measured.rescale(k);
+
+    let zero = measured.started_unix_s;
+    let model = |ms: u64| (ms as f64 / 1e3 - zero) * k;
+    let injected_s = model(injected_ms);
+    let victim = fault.replica as usize;
+    let mut signals = watched(&snaps, victim, injected_ms, fault.kind, &model);
+    signals.metrics_gone_s = metrics_gone(measured.series.as_ref(), victim, injected_s);
+    signals.router_received = Some(after.received().saturating_sub(before.received()));
+    signals.engine_finished = measured
+        .series
+        .as_ref()
+        .and_then(|s| s.counter_delta(Concept::RequestSuccess));
+    let queue = measured.series.as_ref().map_or_else(Vec::new, |s| {
+        s.concept_series(Concept::QueueWaiting, Across::Sum, Coverage::Answered)
+    });
+    let end_s = measured
+        .run
+        .records
+        .iter()
+        .map(|r| r.ended_s)
+        .fold(injected_s, f64::max);
+    Ok(LocalRun {
+        measured,
+        injected_s,
+        lifted_s: lifted_ms.map(model),
+        signals,
+        queue,
+        end_s,
+    })
+}
+
+/// A finished local failure test.
+#[derive(Debug)]
+pub struct TestDone {
+    /// The report.
+    pub report: FailureReport,
+    /// What was measured.
+    pub run: LocalRun,
+    /// The load's configuration (real time).
+    pub config: LoadConfig,
+    /// The load's plan (real time).
+    pub plan: PointPlan,
+    /// Why the alerts could not be evaluated, if they could not (the report then lists
+    /// none).
+    pub alerts_error: Option<String>,
+}
+
+/// One failure test end to end: `load` is the point's configuration and plan at the
+/// test's rate (real time, as `point_load` builds them); the load spans the warmup,
+/// `steadySeconds` and `observeSeconds`, the fault goes in after the steady period, and
+/// the run is analysed with the shipped alert rules evaluated over it.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_test(
+    client: &reqwest::Client,
+    fleet: &SimulatedFleet,
+    test: &FailureTest,
+    fault: &Fault,
+    load: (&LoadConfig, &PointPlan),
+    replicas: u32,
+    gate: &GateConfig,
+    stop: watch::Receiver<bool>,
+) -> Result<TestDone, FailureError> {
+    let LoadMode::Rate { rate } = load.0.mode else {
+        return Err(FailureError::Config(
+            "a failure test runs an open-loop rate".into(),
+        ));
+    };
+    let (config, plan) = fault_load(
+        load.0,
+        load.1,
+        rate,
+        test.steady_seconds,
+        test.observe_seconds,
+    );
+    let inject_after = config.warmup_s + test.steady_seconds;
+    let run = run_fault(client, fleet, fault, &config, &plan, inject_after, stop).await?;
+    let (alerts, alerts_error) = match alerts(
+        run.measured.series.as_ref(),
+        &run.measured.run.records,
+        run.end_s,
+        gate,
+    ) {
+        Ok(a) => (a, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let recovery_window = (test.steady_seconds / 2.0).clamp(5.0, 30.0);
+    let report = analyze(&run.observed(fault, rate, replicas, gate, alerts, recovery_window));
+    Ok(TestDone {
+        report,
+        run,
+        config,
+        plan,
+        alerts_error,
+    })
+}
+
+/// The shipped alert rules (`charts/goodput/files/alerts.yaml`) evaluated over the run:
+/// the engines' scraped series (with `up` from every scrape) and the load generator's
+/// client series derived from the records, at the scrape interval.
+pub fn alerts(
+    series: Option<&MetricsSeries>,
+    records: &[RequestRecord],
+    end_s: f64,
+    gate: &GateConfig,
+) -> Result<Vec<FiredAlert>, String> {
+    use crate::alerts::{SampleStore, evaluate, shipped_rules};
+    let rules = shipped_rules().map_err(|e| e.to_string())?;
+    let mut store = series.map_or_else(SampleStore::default, SampleStore::from_metrics_series);
+    let step = series.map_or(1.0, |s| s.interval_s).max(0.1);
+    let names: Vec<String> = gate.classes.iter().map(|c| c.name.clone()).collect();
+    let cutoffs: Vec<(f64, f64)> = gate
+        .classes
+        .iter()
+        .map(|c| (c.ttft_cutoff_ms, c.tpot_cutoff_ms))
+        .collect();
+    store.add_client_records(records, &names, &cutoffs, gate.attainment_min, step, end_s);
+    let events = evaluate(&rules, &store, 0.0, end_s, step).map_err(|e| e.to_string())?;
+    Ok(events
+        .into_iter()
+        .map(|e| FiredAlert {
+            alert: e.alert,
+            labels: e
+                .labels
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "alertname" | "severity"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            pending_at_s: e.pending_at_s,
+            firing_at_s: e.firing_at_s,
+            resolved_at_s: e.resolved_at_s,
+        })
+        .collect())
+}
+
+/// The first failed scrape of the victim at or after the injection.
+fn metrics_gone(series: Option<&MetricsSeries>, victim: usize, injected_s: f64) -> Option<f64> {
+    series?
+        .samples
+        .iter()
+        .filter(|s| s.target == victim && !s.ok && s.t_s >= injected_s)
+        .map(|s| s.t_s)
+        .reduce(f64::min)
+}
+
+/// The router's signals about the victim from the watcher's snapshots.
+fn watched(
+    snaps: &[(u64, RouterState)],
+    victim: usize,
+    injected_ms: u64,
+    kind: FaultKind,
+    model: &impl Fn(u64) -> f64,
+) -> Signals {
+    let replica = |s: &RouterState| s.replicas.get(victim).cloned();
+    let mut sig = Signals::default();
+    let mut removed_ms = None;
+    for (_, s) in snaps {
+        let Some(r) = replica(s) else { continue };
+        if let Some(f) = r.failing_since_unix_ms.filter(|&f| f >= injected_ms) {
+            sig.readiness_failed_s.get_or_insert(model(f));
+        }
+        if let Some(t) = r.last_removal_unix_ms.filter(|&t| t >= injected_ms) {
+            removed_ms.get_or_insert(t);
+            if !r.in_rotation {
+                // Picks while out of rotation: the router must make none.
+                sig.routed_after_removal = sig
+                    .routed_after_removal
+                    .max(r.routed.saturating_sub(r.routed_at_last_removal));
+            }
+        }
+        let back_after = match kind {
+            FaultKind::ColdStart => Some(injected_ms),
+            _ => removed_ms,
+        };
+        if let (Some(from), Some(t)) = (back_after, r.last_return_unix_ms)
+            && t >= from
+            && r.in_rotation
+        {
+            sig.serving_again_s.get_or_insert(model(t));
+        }
+    }
+    sig.endpoint_removed_s = removed_ms.map(model);
+    sig
+}
