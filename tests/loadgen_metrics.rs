@@ -107,9 +107,10 @@ async fn live_counters_equal_the_records_and_the_offline_store() {
         ..FaultConfig::default()
     })
     .await;
-    // "tight" never meets its TPOT cutoff (8 tokens: TPOT > 0), "loose" always does, "mid"
-    // has a TTFT cutoff near the engine's: whatever share meets it, the counts must agree.
-    let cutoffs = [("tight", 1e6, 0.0), ("loose", 1e6, 1e6), ("mid", 5.0, 1e6)];
+    // "tight" can never meet its TPOT cutoff (below zero; a stream whose tokens arrive in
+    // one frame has a TPOT of exactly 0), "loose" always does, "mid" has a TTFT cutoff near
+    // the engine's: whatever share meets it, the counts must agree.
+    let cutoffs = [("tight", 1e6, -1.0), ("loose", 1e6, 1e6), ("mid", 5.0, 1e6)];
     let gate = GateConfig {
         classes: cutoffs
             .iter()
