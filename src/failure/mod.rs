@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::{GateConfig, PointReport, PointSummary, QueueTrend, error_rate, queue_slope};
 use crate::api::FaultKind;
 use crate::loadgen::record::RequestRecord;
+use crate::pack::figures::mean;
 
 /// Smallest rise of the queue that counts as growth (requests), as in the point gate's
 /// queue-trend rule.
@@ -516,11 +517,6 @@ fn window(
         goodput_rps: report.observed_goodput_rps,
         classes,
     })
-}
-
-fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (n, sum) = values.fold((0usize, 0.0), |(n, s), v| (n + 1, s + v));
-    (n > 0).then(|| sum / n as f64)
 }
 
 fn queue_facts(o: &Observed<'_>, start_s: f64) -> QueueFacts {

@@ -3,7 +3,7 @@
 //! proposal's pull request). Every figure is in real-time units;
 //! cache modes are always reported apart, never averaged.
 
-mod figures;
+pub(crate) mod figures;
 mod markdown;
 mod plot;
 pub mod proposal;
