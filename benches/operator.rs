@@ -258,6 +258,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
             model: "Qwen/Qwen2.5-7B-Instruct".into(),
         }),
         pack: None,
+        failure_test: None,
     }
 }
 

@@ -1365,13 +1365,7 @@ fn loadgen_point_file(args: LoadgenArgs, path: &Path) -> Result<ExitCode> {
     if !(k.is_finite() && k > 0.0) {
         bail!("the point file's time scale must be positive, got {k}");
     }
-    let (mut config, mut plan) = goodput::bench::point_job::point_load(
-        &job.spec,
-        &job.manifest,
-        job.key,
-        &job.target,
-        job.nonce,
-    )?;
+    let (mut config, mut plan) = job.load()?;
     config.progress = false;
     plan.shard = args.shard;
     plan.start_at_unix_s = args.start_at;
@@ -1470,6 +1464,11 @@ fn lint(args: LintArgs) -> Result<ExitCode> {
                         loaded
                             .findings
                             .retain(|f| !goodput::api::resolved_in_cluster(f));
+                        loaded
+                            .findings
+                            .extend(goodput::api::lint::cluster_failure_test(
+                                &loaded.benchmark.spec,
+                            ));
                     }
                     for finding in &loaded.findings {
                         writeln!(out, "{label}: {finding}")?;

@@ -355,6 +355,11 @@ fn the_chart_lints_renders_and_locks_every_container_down() {
     }
     assert!(grants(role, "goodput.dev", "servingplans/status", "update"));
     assert!(grants(role, "goodput.dev", "capacitybenchmarks", "create"));
+    // Deleting pods (a failure test's KillReplica) only when asked for.
+    assert!(!grants(role, "", "pods", "delete"));
+    let killing = render(&tools, &["--set", "failureTests.deletePods=true"]);
+    let killing_role = of_kind(&killing, "ClusterRole")[0];
+    assert!(grants(killing_role, "", "pods", "delete"));
     let objects_rc = render(
         &tools,
         &[

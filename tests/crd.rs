@@ -302,6 +302,23 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             model: "Qwen/Qwen2.5-7B-Instruct".into(),
         }),
         pack: Some("by-service-pack".into()),
+        failure_test: Some(goodput::api::FailureTestStatus {
+            rate_rps: Some(10.0),
+            current: Some(goodput::api::CurrentFault {
+                fault: 0,
+                job: "by-service-g1-f0".into(),
+                zero_unix_ms: 1_780_000_100_000,
+                inject_at_unix_ms: 1_780_000_112_600,
+                poll_ms: 200,
+                victim: Some("qwen-7b-0".into()),
+                victim_address: Some("127.1.0.2".into()),
+                ready_before: Some(2),
+                injected_unix_ms: Some(1_780_000_112_650),
+                endpoint_removed_unix_ms: Some(1_780_000_112_850),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
     }
 }
 

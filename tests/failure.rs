@@ -224,7 +224,7 @@ fn the_example_kills_one_of_four_replicas_and_the_pack_reports_it() {
     assert!(removed - first_probe >= DETECTION_S - 0.5, "{r:#?}");
     assert!(removed - inj < DETECTION_S + 5.0, "{r:#?}");
     assert_eq!(r.stopped_receiving_work, Some(true));
-    assert_eq!(r.signals.routed_after_removal, 0);
+    assert_eq!(r.signals.routed_after_removal, Some(0));
     // The replacement cannot serve before it was started, 45 s after the kill.
     let back = r.signals.serving_again_s.expect("the replacement serves");
     assert!(back - inj >= 45.0 - 0.5, "{r:#?}");

@@ -406,7 +406,8 @@ async fn a_results_claim_keeps_every_shards_raw_requests() {
     assert_eq!(status.pack.as_deref(), Some("pvc/results/sinked/g1/"));
     let root = s.cluster.workdir().join("pvcs/default/results/sinked/g1");
     let mut sharded = false;
-    for p in points(&cb).iter().filter(|p| p.valid) {
+    // Every measured point, valid or not: an invalid point's requests are evidence too.
+    for p in points(&cb).iter().filter(|p| p.result_config_map.is_some()) {
         let (job, report) = merged_report(&s.client, p).await;
         let job = job.as_str();
         let mut shards: Vec<_> = std::fs::read_dir(root.join(job))

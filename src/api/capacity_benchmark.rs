@@ -217,6 +217,12 @@ pub struct Target {
     /// Engine `/metrics` base URLs (one per replica) scraped during every point.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics_urls: Vec<String>,
+    /// With `service`: the port on each ready pod whose `/metrics` the points scrape, when
+    /// the engine serves its metrics apart from its API (Triton: 8002; `goodput serve-sim`:
+    /// its replica's port, the router's plus one). Default: the Service's target port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub metrics_port: Option<i32>,
     /// Read engine metrics from a Prometheus server instead of scraping the replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,

@@ -52,6 +52,19 @@ pub mod reason {
     pub const SPEC_CHANGED: &str = "SpecChanged";
     /// Every point ran, yet no offered rate passed the gate: no capacity.
     pub const NO_PASSING_RATE: &str = "NoPassingRate";
+    /// A failure test of `spec.failureTest` is running.
+    pub const FAILURE_TEST: &str = "FailureTest";
+    /// A failure test's fault went in: the pod deleted (an Event).
+    pub const FAULT_INJECTED: &str = "FaultInjected";
+    /// A failure test passed: the fault was detected, routed around, honest, and the
+    /// steady state returned (an Event).
+    pub const FAILURE_TEST_PASSED: &str = "FailureTestPassed";
+    /// A failure test's verdict is a finding about the deployment (an Event).
+    pub const FAILURE_TEST_FINDING: &str = "FailureTestFinding";
+    /// A failure test failed, or ended without a report (an Event).
+    pub const FAILURE_TEST_FAILED: &str = "FailureTestFailed";
+    /// The failure tests did not run: no rate passed and none was given (an Event).
+    pub const FAILURE_TEST_SKIPPED: &str = "FailureTestSkipped";
 }
 
 /// The condition types and reasons of a `ServingPlan` (`Ready` is shared).

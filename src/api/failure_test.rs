@@ -42,6 +42,14 @@ impl Default for FailureTest {
     }
 }
 
+impl FailureTest {
+    /// How long the queue must hold its baseline (and the SLOs) for a recovery to count:
+    /// half the steady period, within 5 to 30 model seconds.
+    pub fn recovery_window_s(&self) -> f64 {
+        (self.steady_seconds / 2.0).clamp(5.0, 30.0)
+    }
+}
+
 fn default_rate_fraction() -> f64 {
     20.0 / 24.0
 }
@@ -164,4 +172,68 @@ impl Fault {
             self.jitter_ms.unwrap_or(100),
         )
     }
+}
+
+/// Where the failure tests of a benchmark stand (`status.failureTest`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureTestStatus {
+    /// Offered rate of the tests (requests per second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_rps: Option<f64>,
+    /// Why no test ran (no rate passed the gate and `rate` is not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Index in `spec.failureTest.faults` of the next test to run; all have run when it
+    /// equals their number.
+    #[serde(default)]
+    pub next: u32,
+    /// The test running now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<CurrentFault>,
+    /// Each finished test's report, in the order of the faults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reports: Vec<crate::failure::FailureReport>,
+    /// Tests that ended without a report, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// The failure test running now: its load's Job, when the fault goes in, and what the
+/// operator saw of the target's EndpointSlices since (Unix milliseconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentFault {
+    /// Index in `spec.failureTest.faults`.
+    pub fault: u32,
+    /// The load's Job.
+    pub job: String,
+    /// The load's time zero (its `--start-at`).
+    pub zero_unix_ms: i64,
+    /// When the fault is due: the time zero plus the warmup and the steady period.
+    pub inject_at_unix_ms: i64,
+    /// How often the EndpointSlices are read after the injection (ms): the resolution of
+    /// the times below.
+    pub poll_ms: u64,
+    /// The pod deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub victim: Option<String>,
+    /// Its address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub victim_address: Option<String>,
+    /// Ready endpoints just before the fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_before: Option<u32>,
+    /// When the pod was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_unix_ms: Option<i64>,
+    /// First look at which the victim's endpoint was listed as not serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_failed_unix_ms: Option<i64>,
+    /// First look at which the victim was no longer a ready endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_removed_unix_ms: Option<i64>,
+    /// First look, after the removal, at which as many endpoints were ready as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_again_unix_ms: Option<i64>,
 }

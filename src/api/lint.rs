@@ -45,6 +45,37 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     out.0
 }
 
+/// What the operator cannot run of `spec.failureTest`: in a cluster a fault is
+/// `KillReplica`, injected by deleting a ready pod of `spec.target.service` (the simulated
+/// engine's replicas share one pod, and the other kinds need its admin API: `goodput
+/// bench` runs them). Errors, none when it can run it all.
+pub fn cluster_failure_test(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
+    let Some(test) = spec.failure_test.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Lint::default();
+    if spec.target.service.is_none() {
+        out.error(
+            "spec.failureTest",
+            "in a cluster the fault deletes a pod of spec.target.service; with a URL or the \
+             simulated engine (whose replicas share one pod) run the test with goodput bench",
+        );
+    }
+    for (i, f) in test.faults.iter().enumerate() {
+        if f.kind != super::FaultKind::KillReplica {
+            out.error(
+                format!("spec.failureTest.faults[{i}].kind"),
+                format!(
+                    "{} needs the simulated engine's admin API (goodput bench); in a cluster \
+                     the fault is KillReplica",
+                    f.kind
+                ),
+            );
+        }
+    }
+    out.0
+}
+
 /// Where the manifest's fields live, as the prefix of their finding paths:
 /// `spec.workload.manifest` (inline), `spec.workload.manifestFile(<file>)` or
 /// `spec.workload.manifestConfigMap(<name>/<key>)`.
@@ -470,7 +501,7 @@ impl Lint {
             .target
             .is_simulated()
             .then(|| spec.target.simulated.as_ref().map_or(1, |s| s.replicas));
-        if !spec.target.is_simulated() {
+        if spec.target.url.is_some() {
             self.warning(
                 at,
                 "faults go in through the simulated engine's admin API: against a URL the \

@@ -64,6 +64,11 @@ pub struct CapacityBenchmarkStatus {
     /// in its `<job>-point` ConfigMap either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack: Option<String>,
+    /// The failure tests of `spec.failureTest`, run once the sweep found its rate: the one
+    /// running, and each finished one's report (its `failure-test.md` is in the test's
+    /// `<job>-point` ConfigMap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_test: Option<super::FailureTestStatus>,
 }
 
 /// Where the benchmark is: `Pending` (not started: waiting for a valid spec or its target),

@@ -31,6 +31,44 @@ pub struct PointJob {
     pub target: PointTarget,
     /// Distinguishes this run's prompts from every other run's.
     pub nonce: u64,
+    /// Set for a failure test's load: one block of the warmup, the steady period and the
+    /// observation period at the point's rate, bounded in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureLoad>,
+}
+
+/// The span of a failure test's load (model seconds after the warmup).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureLoad {
+    /// Load before the fault.
+    pub steady_seconds: f64,
+    /// Load after it.
+    pub observe_seconds: f64,
+}
+
+impl PointJob {
+    /// The load this point file asks for, in real-time units: [`point_load`], and for a
+    /// failure test the bounded block of [`crate::failure::local::fault_load`].
+    pub fn load(&self) -> Result<(LoadConfig, PointPlan), PointSetupError> {
+        let (config, plan) = point_load(
+            &self.spec,
+            &self.manifest,
+            self.key,
+            &self.target,
+            self.nonce,
+        )?;
+        Ok(match (self.failure, self.key) {
+            (Some(f), PointKey::Rate { rate, .. }) => crate::failure::local::fault_load(
+                &config,
+                &plan,
+                rate,
+                f.steady_seconds,
+                f.observe_seconds,
+            ),
+            _ => (config, plan),
+        })
+    }
 }
 
 /// The server a point runs against.

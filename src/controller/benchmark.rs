@@ -34,8 +34,10 @@ use crate::api::{
 use crate::bench::driver::{self, PointKey, Step, SweepPlan, TestedDeployment};
 use crate::bench::point_job::{PointJob, PointTarget};
 use crate::engine_metrics::identify::{check_metrics, identify};
-use crate::loadgen::handoff::{ShardResult, merge_shards};
+use crate::loadgen::handoff::{MergedPoint, ShardResult, merge_shards};
 use crate::workload::WorkloadManifest;
+
+mod failure;
 
 /// The key of the merged report in a point's ConfigMap.
 const REPORT_KEY: &str = "slo-report.json";
@@ -264,6 +266,20 @@ impl Run<'_> {
             }
         }
 
+        // A failure test under way carries on whatever the target's state: its fault may
+        // leave the Service without a ready endpoint for a while.
+        if self
+            .status
+            .failure_test
+            .as_ref()
+            .is_some_and(|f| f.current.is_some())
+            && let Some(action) = self
+                .failure_tests(&plan, &manifest, None)
+                .await
+                .map_err(api_blocked)?
+        {
+            return Ok(action);
+        }
         let target = self.target(&manifest).await?;
         self.condition(
             conditions::TARGET_REACHABLE,
@@ -297,9 +313,19 @@ impl Run<'_> {
                 Ok(Action::requeue(Duration::from_secs(60)))
             }
             Step::Done => {
-                self.conclude(&plan, &manifest, &target)
+                if self.status.modes.is_empty() {
+                    self.conclude(&plan, &manifest, &target)
+                        .await
+                        .map_err(api_blocked)?;
+                }
+                if let Some(action) = self
+                    .failure_tests(&plan, &manifest, Some(&target))
                     .await
-                    .map_err(api_blocked)?;
+                    .map_err(api_blocked)?
+                {
+                    return Ok(action);
+                }
+                self.succeed().await;
                 self.teardown_simulated().await.map_err(api_blocked)?;
                 Ok(Action::await_change())
             }
@@ -332,6 +358,14 @@ impl Run<'_> {
             .collect();
         if !errors.is_empty() {
             return Err(invalid(errors.join("; ")));
+        }
+        let cluster = crate::api::lint::cluster_failure_test(spec);
+        if !cluster.is_empty() {
+            let why: Vec<String> = cluster
+                .iter()
+                .map(|f| format!("{}: {}", f.path, f.message))
+                .collect();
+            return Err(invalid(why.join("; ")));
         }
         self.condition(
             conditions::SPEC_VALID,
@@ -502,6 +536,7 @@ impl Run<'_> {
                 time_scale: target.time_scale,
             },
             nonce: crate::workload::hashing::fnv1a(0, self.cb.uid().unwrap_or_default().as_bytes()),
+            failure: None,
         };
         let json = serde_json::to_string(&point).map_err(Error::Encode)?;
         let deadline = deadline_seconds(&self.cb.spec, manifest, key, target.time_scale);
@@ -554,6 +589,23 @@ impl Run<'_> {
         shards: u32,
         deadline_seconds: i64,
     ) -> Result<(), Error> {
+        let start_at = (shards > 1).then(|| {
+            k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
+                + self.ctx.options.shard_start_lead.as_secs_f64()
+        });
+        self.launch_at(job_name, point_json, shards, deadline_seconds, start_at)
+            .await
+    }
+
+    /// [`Self::launch`] with the load's time zero given (Unix seconds).
+    async fn launch_at(
+        &self,
+        job_name: &str,
+        point_json: String,
+        shards: u32,
+        deadline_seconds: i64,
+        start_at: Option<f64>,
+    ) -> Result<(), Error> {
         self.apply(&build::point_config_map(&self.owner, job_name, point_json))
             .await?;
         let results: Vec<String> = (0..shards)
@@ -567,10 +619,6 @@ impl Run<'_> {
         self.apply(&account).await?;
         self.apply(&role).await?;
         self.apply(&binding).await?;
-        let start_at = (shards > 1).then(|| {
-            k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
-                + self.ctx.options.shard_start_lead.as_secs_f64()
-        });
         self.apply(&build::point_job(
             &self.owner,
             &PointJobSpec {
@@ -762,44 +810,11 @@ impl Run<'_> {
         if holds("Complete").is_none() {
             return self.running(current, key, &job).await;
         }
-        let shards = completions(&job);
-        let maps: Api<ConfigMap> = self.api();
-        let mut results = Vec::new();
-        for shard in 0..shards {
-            let name = build::result_config_map_name(&current.job, shard);
-            let cm = maps
-                .get_opt(&name)
-                .await
-                .map_err(Error::read("ConfigMap"))?;
-            let written = cm.as_ref().is_some_and(ShardResult::is_written);
-            match cm
-                .filter(|_| written)
-                .map(|cm| ShardResult::from_config_map(&cm))
-            {
-                Some(Ok(r)) => results.push(r),
-                Some(Err(e)) => {
-                    return Ok(Collected::finished(points::invalid_point(
-                        key,
-                        format!("shard {shard}'s result ConfigMap {name} does not parse: {e}"),
-                    )));
-                }
-                None => {
-                    return Ok(Collected::finished(points::invalid_point(
-                        key,
-                        format!("shard {shard} never reported (ConfigMap {name} holds no result)"),
-                    )));
-                }
-            }
-        }
-        let merged = match merge_shards(&results, &manifest.gate_config()) {
-            Ok(m) => m,
-            Err(e) => {
-                return Ok(Collected::finished(points::invalid_point(
-                    key,
-                    format!("the shards of Job {} do not merge: {e}", current.job),
-                )));
-            }
+        let (_, merged) = match self.shard_results(&current.job, &job, manifest).await? {
+            Ok(r) => r,
+            Err(why) => return Ok(Collected::finished(points::invalid_point(key, why))),
         };
+        let maps: Api<ConfigMap> = self.api();
         // The merged report joins the point file, so the conclusion reads it back from one
         // place and a restarted operator does not merge again.
         let point_map = build::point_config_map_name(&current.job);
@@ -819,6 +834,45 @@ impl Run<'_> {
             manifest,
             point_map,
         )))
+    }
+
+    /// The results of a completed Job's shards and their merge, or why there are none.
+    async fn shard_results(
+        &self,
+        job_name: &str,
+        job: &Job,
+        manifest: &WorkloadManifest,
+    ) -> Result<Result<(Vec<ShardResult>, MergedPoint), String>, Error> {
+        let maps: Api<ConfigMap> = self.api();
+        let mut results = Vec::new();
+        for shard in 0..completions(job) {
+            let name = build::result_config_map_name(job_name, shard);
+            let cm = maps
+                .get_opt(&name)
+                .await
+                .map_err(Error::read("ConfigMap"))?;
+            let written = cm.as_ref().is_some_and(ShardResult::is_written);
+            match cm
+                .filter(|_| written)
+                .map(|cm| ShardResult::from_config_map(&cm))
+            {
+                Some(Ok(r)) => results.push(r),
+                Some(Err(e)) => {
+                    return Ok(Err(format!(
+                        "shard {shard}'s result ConfigMap {name} does not parse: {e}"
+                    )));
+                }
+                None => {
+                    return Ok(Err(format!(
+                        "shard {shard} never reported (ConfigMap {name} holds no result)"
+                    )));
+                }
+            }
+        }
+        Ok(match merge_shards(&results, &manifest.gate_config()) {
+            Ok(m) => Ok((results, m)),
+            Err(e) => Err(format!("the shards of Job {job_name} do not merge: {e}")),
+        })
     }
 
     /// A point whose Job has not finished: says whether its pods have started, and gives
@@ -893,7 +947,8 @@ impl Run<'_> {
         }
     }
 
-    /// Every point has run: capacity per cache mode, per replica, and the plan.
+    /// Every point has run: capacity per cache mode, per replica, and the plan (the
+    /// benchmark succeeds once its failure tests, if any, have run too).
     async fn conclude(
         &mut self,
         plan: &SweepPlan,
@@ -962,6 +1017,11 @@ impl Run<'_> {
             .map(|p| u32::try_from(p.required_replicas).unwrap_or(u32::MAX));
         self.status.modes = modes;
         self.status.current_point = None;
+        Ok(())
+    }
+
+    /// The benchmark's answer is complete: `Succeeded`, with the capacity in `Ready`.
+    async fn succeed(&mut self) {
         self.status.phase = Some(Phase::Succeeded);
         let message = match self.status.capacity_rps {
             Some(c) => format!(
@@ -985,7 +1045,14 @@ impl Run<'_> {
             conditions::PROGRESSING,
             Cond::False,
             reasons::SUCCEEDED,
-            format!("all {} points finished", self.status.points.len()),
+            match self.status.failure_test.as_ref() {
+                Some(f) => format!(
+                    "all {} points and {} failure test(s) finished",
+                    self.status.points.len(),
+                    f.reports.len() + f.errors.len()
+                ),
+                None => format!("all {} points finished", self.status.points.len()),
+            },
         );
         self.event(
             EventType::Normal,
@@ -993,7 +1060,6 @@ impl Run<'_> {
             &format!("Finished: {message}"),
         )
         .await;
-        Ok(())
     }
 
     /// Server-side apply of an owned object with the operator's field manager.

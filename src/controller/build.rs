@@ -84,6 +84,11 @@ impl Owner {
         }
     }
 
+    /// The Job of the load of failure test `index` (of `spec.failureTest.faults`).
+    pub fn failure_job_name(&self, generation: i64, index: u32) -> String {
+        format!("{}-g{generation}-f{index}", self.base())
+    }
+
     /// The simulated engine's Deployment and Service.
     pub fn simulated_name(&self) -> String {
         format!("{}-sim", self.base())

@@ -100,7 +100,8 @@ pub async fn service(
                 .and_then(|c| c.ready)
                 .unwrap_or(true);
             if let (true, Some(address)) = (ready, endpoint.addresses.first()) {
-                metrics_targets.push(format!("http://{address}:{target_port}"));
+                let metrics_port = spec.target.metrics_port.unwrap_or(target_port);
+                metrics_targets.push(format!("http://{address}:{metrics_port}"));
                 first_ready.get_or_insert_with(|| format!("http://{address}:{target_port}"));
             }
         }

@@ -514,8 +514,14 @@ pub async fn run_test(
         Ok(a) => (a, None),
         Err(e) => (Vec::new(), Some(e)),
     };
-    let recovery_window = (test.steady_seconds / 2.0).clamp(5.0, 30.0);
-    let report = analyze(&run.observed(fault, rate, replicas, gate, alerts, recovery_window));
+    let report = analyze(&run.observed(
+        fault,
+        rate,
+        replicas,
+        gate,
+        alerts,
+        test.recovery_window_s(),
+    ));
     Ok(TestDone {
         report,
         run,
@@ -565,7 +571,11 @@ pub fn alerts(
 }
 
 /// The first failed scrape of the victim at or after the injection.
-fn metrics_gone(series: Option<&MetricsSeries>, victim: usize, injected_s: f64) -> Option<f64> {
+pub(crate) fn metrics_gone(
+    series: Option<&MetricsSeries>,
+    victim: usize,
+    injected_s: f64,
+) -> Option<f64> {
     series?
         .samples
         .iter()
@@ -583,7 +593,11 @@ fn watched(
     model: &impl Fn(u64) -> f64,
 ) -> Signals {
     let replica = |s: &RouterState| s.replicas.get(victim).cloned();
-    let mut sig = Signals::default();
+    // The router counts its picks: zero unless it made some after a removal.
+    let mut sig = Signals {
+        routed_after_removal: Some(0),
+        ..Signals::default()
+    };
     let mut removed_ms = None;
     for (_, s) in snaps {
         let Some(r) = replica(s) else { continue };
@@ -594,9 +608,8 @@ fn watched(
             removed_ms.get_or_insert(t);
             if !r.in_rotation {
                 // Picks while out of rotation: the router must make none.
-                sig.routed_after_removal = sig
-                    .routed_after_removal
-                    .max(r.routed.saturating_sub(r.routed_at_last_removal));
+                let picks = r.routed.saturating_sub(r.routed_at_last_removal);
+                sig.routed_after_removal = Some(sig.routed_after_removal.unwrap_or(0).max(picks));
             }
         }
         let back_after = match kind {

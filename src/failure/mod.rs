@@ -56,9 +56,11 @@ pub struct Signals {
     /// replica as ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_removed_s: Option<f64>,
-    /// Requests routed to the replica after its removal and before it served again.
-    #[serde(default)]
-    pub routed_after_removal: u64,
+    /// Requests routed to the replica after its removal and before it served again, when
+    /// the router counts its picks (a Service's proxy does not: in a cluster the removal is
+    /// the EndpointSlice's, which every proxy routes by).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_after_removal: Option<u64>,
     /// When the replica (or its replacement, or the new replica) was ready and routed to
     /// again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,7 +373,7 @@ pub fn analyze(o: &Observed<'_>) -> FailureReport {
     let sig = &o.signals;
     let stopped_receiving_work = match o.kind {
         FaultKind::KillReplica => {
-            Some(sig.endpoint_removed_s.is_some() && sig.routed_after_removal == 0)
+            Some(sig.endpoint_removed_s.is_some() && sig.routed_after_removal.unwrap_or(0) == 0)
         }
         _ => None,
     };
@@ -617,15 +619,22 @@ fn verdict(r: &FailureReport, gate: &GateConfig) -> (FailureVerdict, Vec<String>
     }
     if let Some(stopped) = r.stopped_receiving_work {
         match (stopped, r.signals.endpoint_removed_s) {
-            (true, Some(t)) => passes.push(format!(
-                "removed from routing {:.1} s after the injection; no request routed to it \
-                 afterwards",
-                t - r.injected_at_s
-            )),
+            (true, Some(t)) => passes.push(match r.signals.routed_after_removal {
+                Some(_) => format!(
+                    "removed from routing {:.1} s after the injection; no request routed to \
+                     it afterwards",
+                    t - r.injected_at_s
+                ),
+                None => format!(
+                    "removed from routing {:.1} s after the injection (its endpoint no \
+                     longer ready; the proxy does not count its picks)",
+                    t - r.injected_at_s
+                ),
+            }),
             (_, None) => fails.push("the replica was never removed from routing".to_owned()),
             (false, Some(_)) => fails.push(format!(
                 "{} requests were routed to the replica after its removal",
-                r.signals.routed_after_removal
+                r.signals.routed_after_removal.unwrap_or(0)
             )),
         }
     }

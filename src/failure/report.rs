@@ -105,17 +105,28 @@ fn section(out: &mut String, r: &FailureReport) {
         secs(Some(r.end_s)),
     );
     if let Some(stopped) = r.stopped_receiving_work {
-        let _ = writeln!(
-            out,
-            "Router removal: the replica {} new requests after its removal ({} routed to it \
-             while out of rotation).\n",
-            if stopped {
-                "stopped getting"
-            } else {
-                "kept getting"
-            },
-            s.routed_after_removal
-        );
+        let _ = match s.routed_after_removal {
+            Some(routed) => writeln!(
+                out,
+                "Router removal: the replica {} new requests after its removal ({routed} \
+                 routed to it while out of rotation).\n",
+                if stopped {
+                    "stopped getting"
+                } else {
+                    "kept getting"
+                },
+            ),
+            None => writeln!(
+                out,
+                "Router removal: the replica's endpoint {} (the Service's proxy routes by \
+                 it and does not count its picks).\n",
+                if stopped {
+                    "was removed"
+                } else {
+                    "was never removed"
+                },
+            ),
+        };
     }
     let _ = writeln!(
         out,

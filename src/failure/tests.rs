@@ -75,7 +75,7 @@ fn kill_signals() -> Signals {
         readiness_failed_s: Some(50.4),
         metrics_gone_s: Some(51.0),
         endpoint_removed_s: Some(55.0),
-        routed_after_removal: 0,
+        routed_after_removal: Some(0),
         serving_again_s: Some(80.0),
         router_received: Some(1000),
         engine_finished: Some(980.0),
@@ -162,7 +162,7 @@ fn a_request_that_times_out_is_a_silent_loss_and_fails_the_test() {
 fn work_routed_to_a_removed_replica_fails_the_test() {
     let (gate, records, queue) = (gate(), records("connect_error", None), recovering_queue());
     let signals = Signals {
-        routed_after_removal: 3,
+        routed_after_removal: Some(3),
         ..kill_signals()
     };
     let r = analyze(&observed(&records, &queue, signals, &gate));

@@ -104,6 +104,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::Connect,
+        ErrorKind::HttpStatus,
+        ErrorKind::StreamError,
+        ErrorKind::Disconnected,
+        ErrorKind::Malformed,
+        ErrorKind::Stalled,
+        ErrorKind::Timeout,
+        ErrorKind::Cancelled,
+        ErrorKind::Empty,
+    ];
+
     /// The value written in the `status` column of `requests.csv`.
     pub fn as_str(self) -> &'static str {
         match self {

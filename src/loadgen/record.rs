@@ -147,6 +147,149 @@ impl RequestRecord {
     }
 }
 
+/// Reads back the records [`write_requests_csv`] wrote (the columns by name, in any
+/// order; without an `itl_ms` column the gaps are empty). `source` names the file in
+/// errors, which give its line and column.
+pub fn read_records(
+    csv_bytes: &[u8],
+    source: &str,
+    class_names: &[String],
+) -> Result<Vec<RequestRecord>, String> {
+    let mut reader = csv::Reader::from_reader(csv_bytes);
+    let header = reader
+        .headers()
+        .map_err(|e| format!("{source}: the header does not parse: {e}"))?
+        .clone();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| format!("{source}: no column `{name}`"))
+    };
+    let [
+        id,
+        class,
+        ttft,
+        tpot,
+        e2e,
+        tokens,
+        status,
+        scheduled,
+        sent,
+        first,
+        last,
+        ended,
+    ] = [
+        "request_id",
+        "class",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "output_tokens",
+        "status",
+        "scheduled_s",
+        "sent_s",
+        "first_token_s",
+        "last_token_s",
+        "ended_s",
+    ]
+    .map(col);
+    let (id, class, ttft, tpot, e2e, tokens, status) =
+        (id?, class?, ttft?, tpot?, e2e?, tokens?, status?);
+    let (scheduled, sent, first, last, ended) = (scheduled?, sent?, first?, last?, ended?);
+    let optional = |name: &str| header.iter().position(|h| h == name);
+    let (input, max, counted, usage, finish, http, message, itl) = (
+        optional("input_tokens"),
+        optional("max_tokens"),
+        optional("output_tokens_counted"),
+        optional("output_tokens_usage"),
+        optional("finish_reason"),
+        optional("http_status"),
+        optional("error_message"),
+        optional("itl_ms"),
+    );
+    let mut out = Vec::new();
+    for row in reader.records() {
+        let row = row.map_err(|e| format!("{source}: {e}"))?;
+        let line = row.position().map_or(0, csv::Position::line);
+        let at = |c: usize| row.get(c).unwrap_or("");
+        let bad = |c: usize, what: &str| {
+            format!(
+                "{source}:{line}: column {} ({}): {what}: {:?}",
+                c + 1,
+                &header[c],
+                at(c)
+            )
+        };
+        let num = |c: usize| at(c).parse::<f64>().map_err(|_| bad(c, "not a number"));
+        let opt_num = |c: Option<usize>| match c.map(at).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<f64>()
+                .map(Some)
+                .map_err(|_| bad(c.unwrap_or(0), "not a number")),
+        };
+        let count = |c: Option<usize>| -> Result<u32, String> {
+            match c.map(at).filter(|v| !v.is_empty()) {
+                None => Ok(0),
+                Some(v) => v.parse().map_err(|_| bad(c.unwrap_or(0), "not a count")),
+            }
+        };
+        let text = |c: Option<usize>| c.map(at).filter(|v| !v.is_empty()).map(str::to_owned);
+        let index = at(id)
+            .strip_prefix("r-")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| bad(id, "not a request id r-<n>"))?;
+        let class = class_names
+            .iter()
+            .position(|n| n == at(class))
+            .ok_or_else(|| bad(class, "not a class of the workload"))?;
+        let status = std::iter::once("ok")
+            .chain(super::ErrorKind::ALL.map(super::ErrorKind::as_str))
+            .find(|s| *s == at(status))
+            .ok_or_else(|| bad(status, "not a status the load generator writes"))?;
+        out.push(RequestRecord {
+            index,
+            class,
+            scheduled_s: num(scheduled)?,
+            sent_s: num(sent)?,
+            first_token_s: opt_num(Some(first))?,
+            last_token_s: opt_num(Some(last))?,
+            ended_s: num(ended)?,
+            input_tokens: count(input)?,
+            max_tokens: count(max)?,
+            ttft_ms: num(ttft)?,
+            tpot_ms: num(tpot)?,
+            e2e_ms: num(e2e)?,
+            output_tokens: count(Some(tokens))?,
+            output_tokens_counted: count(counted)?,
+            output_tokens_usage: match usage.map(at).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(_) => Some(count(usage)?),
+            },
+            status,
+            itl_ms: match itl.map(at).filter(|v| !v.is_empty()) {
+                None => Vec::new(),
+                Some(v) => v
+                    .split(';')
+                    .map(|g| g.parse::<f64>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad(itl.unwrap_or(0), "not `;`-joined numbers"))?,
+            },
+            finish_reason: text(finish),
+            http_status: match http.map(at).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(v) => Some(
+                    v.parse()
+                        .map_err(|_| bad(http.unwrap_or(0), "not an HTTP status"))?,
+                ),
+            },
+            error_message: text(message),
+        });
+    }
+    Ok(out)
+}
+
 /// Writes `requests.csv`. With `with_itl`, an `itl_ms` column holds every gap (`;`-joined),
 /// which `goodput analyze` turns into an ITL distribution.
 pub fn write_requests_csv(
@@ -226,4 +369,71 @@ pub fn write_requests_csv(
     }
     w.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(index: u64, class: usize, status: &'static str) -> RequestRecord {
+        let ok = status == "ok";
+        RequestRecord {
+            index,
+            class,
+            scheduled_s: 1.5,
+            sent_s: 1.501,
+            first_token_s: ok.then_some(1.625),
+            last_token_s: ok.then_some(2.0),
+            ended_s: 2.125,
+            input_tokens: 512,
+            max_tokens: 32,
+            ttft_ms: if ok { 125.0 } else { 0.0 },
+            tpot_ms: if ok { 12.25 } else { 0.0 },
+            e2e_ms: if ok { 500.0 } else { 0.0 },
+            output_tokens: if ok { 32 } else { 0 },
+            output_tokens_counted: if ok { 32 } else { 0 },
+            output_tokens_usage: ok.then_some(32),
+            status,
+            itl_ms: if ok { vec![12.5, 12.0] } else { Vec::new() },
+            finish_reason: ok.then(|| "length".to_owned()),
+            http_status: if ok { Some(200) } else { Some(503) },
+            error_message: (!ok).then(|| "HTTP 503, \"overloaded\"".to_owned()),
+        }
+    }
+
+    #[test]
+    fn records_read_back_as_they_were_written() {
+        let names = vec!["chat".to_owned(), "long".to_owned()];
+        let records = vec![record(3, 1, "ok"), record(7, 0, "http_error")];
+        for itl in [false, true] {
+            let mut csv = Vec::new();
+            write_requests_csv(&mut csv, &records, &names, itl).expect("written");
+            let back = read_records(&csv, "requests.csv", &names).expect("read back");
+            let mut want = records.clone();
+            if !itl {
+                want[0].itl_ms.clear();
+            }
+            assert_eq!(back, want);
+        }
+    }
+
+    #[test]
+    fn a_bad_value_names_its_line_and_column() {
+        let names = vec!["chat".to_owned(), "long".to_owned()];
+        let mut csv = Vec::new();
+        write_requests_csv(
+            &mut csv,
+            &[record(0, 0, "ok"), record(1, 0, "ok")],
+            &names,
+            false,
+        )
+        .expect("written");
+        let text = String::from_utf8(csv).expect("utf-8");
+        let broken = text.replacen("r-0000001,chat", "r-0000001,other", 1);
+        let e = read_records(broken.as_bytes(), "shard 0/1", &names).expect_err("a bad class");
+        assert!(e.starts_with("shard 0/1:3: column 2 (class)"), "{e}");
+        let broken = text.replacen(",ok,", ",gone,", 1);
+        let e = read_records(broken.as_bytes(), "shard 0/1", &names).expect_err("a bad status");
+        assert!(e.contains(":2: column 7 (status)"), "{e}");
+    }
 }

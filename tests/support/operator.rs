@@ -58,6 +58,10 @@ spec:
     manifest:{MANIFEST}
   experiments:
     rateSweep: {{rates: [{rates}]}}
+    # 10 ms at time scale 20 is 200 ms of model time, and here two shared cores run the
+    # cluster, the operator, the engines and every shard: a lag bound that a loaded test
+    # machine keeps, still tight enough that a stalled client is invalid.
+    maxLagMs: 25
   peak: {{rps: 30}}
 "#
     )

@@ -112,6 +112,12 @@ README gives the reason for each verb. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+{{- if .Values.failureTests.deletePods }}
+# Failure tests (spec.failureTest): the KillReplica fault deletes a ready pod of the target.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["delete"]
+{{- end }}
 # The loadgen pods' identity, applied per point: ServiceAccount, Role, RoleBinding.
 - apiGroups: [""]
   resources: ["serviceaccounts"]
