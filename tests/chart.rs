@@ -1126,6 +1126,64 @@ const BOTH: [&str; 4] = [
     "monitoring.dashboard.enabled=true",
 ];
 
+/// The loadgen pods' client metrics: served on their address by default (the operator's
+/// `--loadgen-metrics-addr`, `$(POD_IP)` escaped for the operator's own kubelet), scraped
+/// by a PodMonitor when asked, which refuses to render with the metrics off.
+#[test]
+fn the_loadgen_pods_client_metrics_are_passed_on_and_scraped_when_asked() {
+    let Some(tools) = tools() else { return };
+    let objects = render(&tools, &[]);
+    assert!(of_kind(&objects, "PodMonitor").is_empty());
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    let addr = env
+        .iter()
+        .find(|e| e["name"] == "GOODPUT_LOADGEN_METRICS_ADDR")
+        .expect("--loadgen-metrics-addr");
+    assert_eq!(addr["value"], "$$(POD_IP):9090");
+
+    let objects = render(
+        &tools,
+        &[
+            "--set",
+            "monitoring.podMonitor.enabled=true",
+            "--set",
+            "watchNamespaces={llm}",
+        ],
+    );
+    let monitors = of_kind(&objects, "PodMonitor");
+    assert_eq!(monitors.len(), 1);
+    let spec = &monitors[0]["spec"];
+    assert_eq!(
+        spec["selector"]["matchLabels"]["app.kubernetes.io/component"],
+        "loadgen"
+    );
+    assert_eq!(spec["namespaceSelector"]["matchNames"][0], "llm");
+    assert_eq!(spec["podMetricsEndpoints"][0]["port"], "metrics");
+
+    let chart = chart();
+    let refused = helm(
+        &tools,
+        &[
+            "template",
+            RELEASE,
+            chart.to_str().expect("a UTF-8 path"),
+            "--set",
+            "monitoring.podMonitor.enabled=true",
+            "--set",
+            "loadgen.metricsAddr=",
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("loadgen.metricsAddr"),
+        "{}",
+        text(&refused)
+    );
+}
+
 #[test]
 fn the_chart_ships_the_alert_rules_and_the_dashboard_when_asked() {
     let Some(tools) = tools() else { return };

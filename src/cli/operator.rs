@@ -35,6 +35,12 @@ pub struct OperatorArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     admin_addr: SocketAddr,
+    /// Where every loadgen pod serves its client metrics (`goodput loadgen --metrics-addr`:
+    /// the series the `goodput-client` alert rules read), e.g. `$(POD_IP):9090` (`$(POD_IP)`
+    /// is the pod's address, which the Job sets; `[$(POD_IP)]:9090` on IPv6). The pods
+    /// name the port `metrics` for a PodMonitor. Default: not served.
+    #[arg(long, env = "GOODPUT_LOADGEN_METRICS_ADDR", value_parser = parse_pod_addr)]
+    loadgen_metrics_addr: Option<String>,
     /// Times a point whose loadgen pod failed (exit code, OOM kill, eviction) is started
     /// again, every shard anew, before the point is recorded as invalid with the reason.
     #[arg(long, default_value_t = 2)]
@@ -91,6 +97,7 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
             image: args.image,
             namespaces: args.namespace,
             loadgen_resources: args.loadgen_resources,
+            loadgen_metrics_addr: args.loadgen_metrics_addr,
             pod_retries: args.pod_retries.max(0),
             pod_start_timeout: std::time::Duration::from_secs(args.pod_start_timeout_s),
             shard_start_lead: std::time::Duration::from_secs_f64(
@@ -184,6 +191,19 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
             .await
             .with_context(|| format!("using {}", path.display()))?;
     kube::Client::try_from(config).context("building the API client")
+}
+
+/// `--loadgen-metrics-addr`: `HOST:PORT` where HOST may be `$(POD_IP)` (or `[$(POD_IP)]`),
+/// with a fixed port (a PodMonitor names it).
+fn parse_pod_addr(text: &str) -> Result<String, String> {
+    goodput::controller::build::pod_addr_port(text)
+        .map(|_| text.to_owned())
+        .ok_or_else(|| {
+            format!(
+                "`{text}` is not HOST:PORT with a port above 0 (HOST an address, `$(POD_IP)` \
+                 or `[$(POD_IP)]`)"
+            )
+        })
 }
 
 /// `--loadgen-resources`: a ResourceRequirements in JSON, unknown fields refused.

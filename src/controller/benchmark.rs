@@ -629,6 +629,7 @@ impl Run<'_> {
                 start_at,
                 results: self.results_sink(job_name),
                 resources: self.ctx.options.loadgen_resources.clone(),
+                metrics_addr: self.ctx.options.loadgen_metrics_addr.clone(),
             },
         ))
         .await

@@ -189,6 +189,22 @@ pub struct PointJobSpec {
     pub results: Option<ResultsSink>,
     /// The loadgen container's requests and limits (the operator's `--loadgen-resources`).
     pub resources: Option<ResourceRequirements>,
+    /// Where the pods serve their client metrics (`--loadgen-metrics-addr`); `None`: not
+    /// served.
+    pub metrics_addr: Option<String>,
+}
+
+/// The port of a `HOST:PORT` whose HOST may be `$(POD_IP)` or `[$(POD_IP)]` (the pod's
+/// address, which the kubelet substitutes); `None` unless it parses with a port above 0.
+pub fn pod_addr_port(addr: &str) -> Option<u16> {
+    let concrete = addr
+        .replace("[$(POD_IP)]", "[::1]")
+        .replace("$(POD_IP)", "127.0.0.1");
+    concrete
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|a| a.port())
+        .filter(|p| *p > 0)
 }
 
 /// Where a point's shards keep their raw results, and the point's directory there
@@ -389,6 +405,27 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
     if let Some(at) = spec.start_at {
         args.extend(["--start-at".to_owned(), format!("{at:.3}")]);
     }
+    // The client metrics on the pod's address, on a port named for a PodMonitor.
+    let metrics_port = spec.metrics_addr.as_deref().and_then(|addr| {
+        let port = pod_addr_port(addr)?;
+        args.extend(["--metrics-addr".to_owned(), addr.to_owned()]);
+        env.push(EnvVar {
+            name: "POD_IP".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        Some(ContainerPort {
+            name: Some("metrics".into()),
+            container_port: i32::from(port),
+            ..Default::default()
+        })
+    });
     let labels = owner.labels("loadgen");
     Job {
         metadata: owner.meta(spec.name.clone(), "loadgen"),
@@ -415,6 +452,7 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
                         args: Some(args),
                         volume_mounts: Some(mounts),
                         env: (!env.is_empty()).then_some(env),
+                        ports: metrics_port.map(|p| vec![p]),
                         resources: spec.resources.clone(),
                         security_context: Some(restricted_container()),
                         // A failed pod's reason in the point's status is its log's last line.
@@ -577,11 +615,79 @@ mod tests {
     }
 
     #[test]
+    fn loadgen_pods_serve_client_metrics_on_their_address_when_asked() {
+        let o = owner("qwen");
+        let spec = |metrics_addr: Option<&str>| PointJobSpec {
+            metrics_addr: metrics_addr.map(str::to_owned),
+            name: o.job_name(1, 0, 0),
+            image: "goodput:test".into(),
+            shards: 1,
+            deadline_seconds: 600,
+            start_at: None,
+            results: None,
+            resources: None,
+        };
+        let container = |job: &Job| {
+            job.spec
+                .as_ref()
+                .expect("spec")
+                .template
+                .spec
+                .as_ref()
+                .expect("pod")
+                .containers[0]
+                .clone()
+        };
+        let c = container(&point_job(&o, &spec(Some("$(POD_IP):9090"))));
+        let args = c.args.clone().unwrap_or_default();
+        let at = args
+            .iter()
+            .position(|a| a == "--metrics-addr")
+            .expect("the flag");
+        assert_eq!(args[at + 1], "$(POD_IP):9090");
+        let port = &c.ports.as_ref().expect("a port")[0];
+        assert_eq!(
+            (port.name.as_deref(), port.container_port),
+            (Some("metrics"), 9090)
+        );
+        let pod_ip = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "POD_IP")
+            .expect("POD_IP");
+        assert_eq!(
+            pod_ip
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            Some("status.podIP")
+        );
+        let off = container(&point_job(&o, &spec(None)));
+        assert!(off.ports.is_none());
+        assert!(
+            !off.args
+                .unwrap_or_default()
+                .contains(&"--metrics-addr".to_owned())
+        );
+        assert_eq!(pod_addr_port("[$(POD_IP)]:9100"), Some(9100));
+        assert_eq!(pod_addr_port("0.0.0.0:9090"), Some(9090));
+        assert_eq!(
+            pod_addr_port("$(POD_IP):0"),
+            None,
+            "a PodMonitor needs a fixed port"
+        );
+        assert_eq!(pod_addr_port("$(POD_IP)"), None);
+    }
+
+    #[test]
     fn a_point_job_is_indexed_owned_and_writes_its_shard_result() {
         let o = owner("qwen");
         let job = point_job(
             &o,
             &PointJobSpec {
+                metrics_addr: None,
                 name: o.job_name(1, 3, 0),
                 image: "goodput:test".into(),
                 shards: 4,
@@ -680,6 +786,7 @@ mod tests {
         let job = point_job(
             &o,
             &PointJobSpec {
+                metrics_addr: None,
                 name: o.job_name(1, 0, 0),
                 image: "goodput:test".into(),
                 shards: 2,

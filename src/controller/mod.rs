@@ -62,6 +62,9 @@ pub struct Options {
     pub shard_start_lead: Duration,
     /// The loadgen container's requests and limits, for every point Job.
     pub loadgen_resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// Where every loadgen pod serves its client metrics (`--loadgen-metrics-addr`, may
+    /// name `$(POD_IP)`); `None`: not served.
+    pub loadgen_metrics_addr: Option<String>,
     /// How often a serving plan looks at its workload and peak when nothing it watches
     /// changed.
     pub plan_resync: Duration,
