@@ -136,6 +136,13 @@ pub async fn reconcile(cached: Arc<CapacityBenchmark>, ctx: Arc<Context>) -> Res
         if let Some(current) = &before.current_point {
             run.delete::<Job>(&current.job).await?;
         }
+        if let Some(current) = before
+            .failure_test
+            .as_ref()
+            .and_then(|f| f.current.as_ref())
+        {
+            run.delete::<Job>(&current.job).await?;
+        }
         run.status = CapacityBenchmarkStatus {
             conditions: before.conditions.clone(),
             ..Default::default()
