@@ -43,6 +43,15 @@ impl Default for FailureTest {
 }
 
 impl FailureTest {
+    /// The tests' rate: `rate`, or the plan mode's capacity × `rateFraction`, to the
+    /// thousandth; `None` when neither is known.
+    pub fn rate_rps(&self, capacity_rps: Option<f64>) -> Option<f64> {
+        self.rate
+            .or_else(|| capacity_rps.map(|c| c * self.rate_fraction))
+            .map(|r| (r * 1000.0).round() / 1000.0)
+            .filter(|r| *r > 0.0)
+    }
+
     /// How long the queue must hold its baseline (and the SLOs) for a recovery to count:
     /// half the steady period, within 5 to 30 model seconds.
     pub fn recovery_window_s(&self) -> f64 {

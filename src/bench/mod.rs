@@ -365,10 +365,7 @@ impl Runner<'_> {
         warnings: &mut Vec<String>,
     ) -> Result<Vec<crate::failure::FailureReport>, BenchError> {
         use crate::failure::local::{SimulatedFleet, run_test};
-        let Some(rate) = test
-            .rate
-            .or_else(|| capacity_rps.map(|c| c * test.rate_fraction))
-        else {
+        let Some(rate) = test.rate_rps(capacity_rps) else {
             warnings.push(
                 "failure tests skipped: no rate passed the gate and failureTest.rate is not \
                  given"
@@ -376,7 +373,6 @@ impl Runner<'_> {
             );
             return Ok(Vec::new());
         };
-        let rate = (rate * 1000.0).round() / 1000.0;
         let k = self.target.time_scale;
         let fleet = SimulatedFleet {
             router_url: self.target.facts.url.clone(),

@@ -32,7 +32,7 @@ use crate::api::{
     Phase, ResolvedIdentity,
 };
 use crate::bench::driver::{self, PointKey, Step, SweepPlan, TestedDeployment};
-use crate::bench::point_job::{PointJob, PointTarget};
+use crate::bench::point_job::PointJob;
 use crate::engine_metrics::identify::{check_metrics, identify};
 use crate::loadgen::handoff::{MergedPoint, ShardResult, merge_shards};
 use crate::workload::WorkloadManifest;
@@ -535,13 +535,7 @@ impl Run<'_> {
             key,
             spec: self.cb.spec.clone(),
             manifest: manifest.clone(),
-            target: PointTarget {
-                url: target.url.clone(),
-                model: target.model.clone(),
-                metrics_targets: target.metrics_targets.clone(),
-                discover_metrics: target.discover_metrics,
-                time_scale: target.time_scale,
-            },
+            target: target.point_target(),
             nonce: crate::workload::hashing::fnv1a(0, self.cb.uid().unwrap_or_default().as_bytes()),
             failure: None,
         };
@@ -774,17 +768,7 @@ impl Run<'_> {
                 format!("Job {} disappeared before it finished", current.job),
             )));
         };
-        let conditions = job
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let holds = |t: &str| {
-            conditions
-                .iter()
-                .find(|c| c.type_ == t && c.status == "True")
-        };
-        if let Some(failed) = holds("Failed") {
+        if let Some(failed) = job_holds(&job, "Failed") {
             let pods = self.job_pods(&current.job).await?;
             let mut why = format!(
                 "Job {} failed ({})",
@@ -815,7 +799,7 @@ impl Run<'_> {
             };
             return Ok(Collected::finished(points::invalid_point(key, why)));
         }
-        if holds("Complete").is_none() {
+        if job_holds(&job, "Complete").is_none() {
             return self.running(current, key, &job).await;
         }
         let (_, merged) = match self.shard_results(&current.job, &job, manifest).await? {
@@ -1238,6 +1222,17 @@ fn running_message(label: &str, job: &str, shards: u32, attempt: u32, retries: i
 }
 
 /// A Job's shard count.
+/// Whether the Job's condition `type_` (`Complete`, `Failed`) holds.
+fn job_holds<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == "True"))
+}
+
 fn completions(job: &Job) -> u32 {
     job.spec
         .as_ref()
@@ -1289,7 +1284,13 @@ fn deadline_seconds(
                 * f64::from(spec.experiments.max_blocks.max(1))
         }
     };
-    (model_s / time_scale.max(1e-3) * 2.0 + 300.0).ceil() as i64
+    deadline_for(model_s, time_scale)
+}
+
+/// A Job's deadline for `model_s` of load at time scale `k`: twice its length on the
+/// run's clock, plus time to start pods.
+fn deadline_for(model_s: f64, k: f64) -> i64 {
+    (model_s / k.max(1e-3) * 2.0 + 300.0).ceil() as i64
 }
 
 #[cfg(test)]

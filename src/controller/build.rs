@@ -194,6 +194,21 @@ pub struct PointJobSpec {
     pub metrics_addr: Option<String>,
 }
 
+/// `POD_IP`: the pod's address, from the downward API (`$(POD_IP)` in args).
+fn pod_ip_env() -> EnvVar {
+    EnvVar {
+        name: "POD_IP".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "status.podIP".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The port of a `HOST:PORT` whose HOST may be `$(POD_IP)` or `[$(POD_IP)]` (the pod's
 /// address, which the kubelet substitutes); `None` unless it parses with a port above 0.
 pub fn pod_addr_port(addr: &str) -> Option<u16> {
@@ -409,17 +424,7 @@ pub fn point_job(owner: &Owner, spec: &PointJobSpec) -> Job {
     let metrics_port = spec.metrics_addr.as_deref().and_then(|addr| {
         let port = pod_addr_port(addr)?;
         args.extend(["--metrics-addr".to_owned(), addr.to_owned()]);
-        env.push(EnvVar {
-            name: "POD_IP".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "status.podIP".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        env.push(pod_ip_env());
         Some(ContainerPort {
             name: Some("metrics".into()),
             container_port: i32::from(port),
@@ -524,17 +529,7 @@ pub fn simulated_target(
                         image: Some(image.to_owned()),
                         args: Some(args),
                         security_context: Some(restricted_container()),
-                        env: Some(vec![EnvVar {
-                            name: "POD_IP".into(),
-                            value_from: Some(EnvVarSource {
-                                field_ref: Some(ObjectFieldSelector {
-                                    field_path: "status.podIP".into(),
-                                    ..Default::default()
-                                }),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }]),
+                        env: Some(vec![pod_ip_env()]),
                         ports: Some(vec![ContainerPort {
                             name: Some("http".into()),
                             container_port: SIMULATED_PORT,

@@ -31,6 +31,19 @@ pub struct ResolvedTarget {
     pub model: String,
 }
 
+impl ResolvedTarget {
+    /// Where a point file sends its load.
+    pub fn point_target(&self) -> crate::bench::point_job::PointTarget {
+        crate::bench::point_job::PointTarget {
+            url: self.url.clone(),
+            model: self.model.clone(),
+            metrics_targets: self.metrics_targets.clone(),
+            discover_metrics: self.discover_metrics,
+            time_scale: self.time_scale,
+        }
+    }
+}
+
 /// Why the target cannot take load yet.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NotReady {

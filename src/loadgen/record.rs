@@ -166,27 +166,11 @@ pub fn read_records(
             .position(|h| h == name)
             .ok_or_else(|| format!("{source}: no column `{name}`"))
     };
-    let [
-        id,
-        class,
-        ttft,
-        tpot,
-        e2e,
-        tokens,
-        status,
-        scheduled,
-        sent,
-        first,
-        last,
-        ended,
-    ] = [
-        "request_id",
-        "class",
-        "ttft_ms",
-        "tpot_ms",
-        "e2e_ms",
-        "output_tokens",
-        "status",
+    // The capacity pack's columns, then the client's times.
+    let [id, class, ttft, tpot, e2e, tokens, status] = REQUIRED_COLUMNS.map(col);
+    let (id, class, ttft, tpot, e2e, tokens, status) =
+        (id?, class?, ttft?, tpot?, e2e?, tokens?, status?);
+    let [scheduled, sent, first, last, ended] = [
         "scheduled_s",
         "sent_s",
         "first_token_s",
@@ -194,8 +178,6 @@ pub fn read_records(
         "ended_s",
     ]
     .map(col);
-    let (id, class, ttft, tpot, e2e, tokens, status) =
-        (id?, class?, ttft?, tpot?, e2e?, tokens?, status?);
     let (scheduled, sent, first, last, ended) = (scheduled?, sent?, first?, last?, ended?);
     let optional = |name: &str| header.iter().position(|h| h == name);
     let (input, max, counted, usage, finish, http, message, itl) = (

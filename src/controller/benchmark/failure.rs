@@ -28,7 +28,7 @@ use super::{Error, Run, build};
 use crate::api::conditions::{Status as Cond, reason as reasons};
 use crate::api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, conditions};
 use crate::bench::driver::{self, PointKey, SweepPlan};
-use crate::bench::point_job::{FailureLoad, PointJob, PointTarget};
+use crate::bench::point_job::{FailureLoad, PointJob};
 use crate::controller::target::ResolvedTarget;
 use crate::engine_metrics::profile::Concept;
 use crate::engine_metrics::series::{Across, Coverage};
@@ -94,15 +94,6 @@ fn observe(current: &mut CurrentFault, seen: &Endpoints, at_ms: i64) {
     }
 }
 
-/// The test's rate: the given one, or the plan mode's capacity × `rateFraction` (to the
-/// thousandth, as `goodput bench` rounds it).
-fn rate(test: &FailureTest, capacity_rps: Option<f64>) -> Option<f64> {
-    test.rate
-        .or_else(|| capacity_rps.map(|c| c * test.rate_fraction))
-        .map(|r| (r * 1000.0).round() / 1000.0)
-        .filter(|r| *r > 0.0)
-}
-
 fn unix_ms() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond()
 }
@@ -151,7 +142,10 @@ impl Run<'_> {
             let Some(target) = target else {
                 return Ok(Some(Action::requeue(Duration::from_millis(100))));
             };
-            let Some(rate) = st.rate_rps.or_else(|| rate(test, self.status.capacity_rps)) else {
+            let Some(rate) = st
+                .rate_rps
+                .or_else(|| test.rate_rps(self.status.capacity_rps))
+            else {
                 let why = "no rate passed the gate and spec.failureTest.rate is not given";
                 st.skipped = Some(why.into());
                 self.event(
@@ -180,27 +174,35 @@ impl Run<'_> {
             .get_opt(&current.job)
             .await
             .map_err(Error::read("Job"))?;
-        let state = job.as_ref().map(|j| {
-            let holds = |t: &str| {
-                j.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == t && c.status == "True"))
-            };
-            (holds("Complete"), holds("Failed"))
-        });
-        let ended = match (&job, state) {
-            (None, _) => Some(Err(format!("Job {} disappeared", current.job))),
-            (Some(_), Some((_, true))) => Some(Err(format!("Job {} failed", current.job))),
-            (Some(_), Some((true, _))) if current.injected_unix_ms.is_none() => Some(Err(format!(
-                "the load of Job {} ended before the fault went in",
-                current.job
-            ))),
-            (Some(j), Some((true, _))) => Some(
-                self.failure_report(test, &fault, &current, j, manifest)
-                    .await?,
-            ),
-            _ => None,
+        let now = unix_ms();
+        let ended = match &job {
+            None => Some(Err(format!("Job {} disappeared", current.job))),
+            Some(j) if super::job_holds(j, "Failed").is_some() => {
+                Some(Err(format!("Job {} failed", current.job)))
+            }
+            Some(j) if super::job_holds(j, "Complete").is_some() => {
+                Some(match current.injected_unix_ms {
+                    None => Err(format!(
+                        "the load of Job {} ended before the fault went in",
+                        current.job
+                    )),
+                    Some(_) => {
+                        self.failure_report(test, &fault, &current, j, manifest)
+                            .await?
+                    }
+                })
+            }
+            Some(_) if current.victim.is_none() && now >= current.inject_at_unix_ms => {
+                match self.inject(&mut current, &fault).await? {
+                    Ok(()) => None,
+                    Err(why) => {
+                        // Nothing was deleted: the load stops, and the test has no report.
+                        self.delete::<Job>(&current.job).await?;
+                        Some(Err(why))
+                    }
+                }
+            }
+            Some(_) => None,
         };
         if let Some(outcome) = ended {
             let label = format!(
@@ -243,27 +245,14 @@ impl Run<'_> {
             return Ok(Some(Action::requeue(Duration::from_millis(100))));
         }
 
-        let now = unix_ms();
         if current.victim.is_none() {
-            if now < current.inject_at_unix_ms {
-                return Ok(Some(Action::requeue(after_ms(
-                    current.inject_at_unix_ms - now,
-                ))));
-            }
-            if let Err(why) = self.inject(&mut current, &fault).await? {
-                // Nothing was deleted: the load runs out and the test ends without a report.
-                self.event(EventType::Warning, reasons::FAILURE_TEST_FAILED, &why)
-                    .await;
-                st.errors.push(why);
-                self.delete::<Job>(&current.job).await?;
-                st.current = None;
-                st.next = current.fault + 1;
-                return Ok(Some(Action::requeue(Duration::from_millis(100))));
-            }
-        } else {
-            let seen = self.service_endpoints().await?;
-            observe(&mut current, &seen, unix_ms());
+            // The fault is not due yet.
+            return Ok(Some(Action::requeue(after_ms(
+                current.inject_at_unix_ms - now,
+            ))));
         }
+        let seen = self.service_endpoints().await?;
+        observe(&mut current, &seen, unix_ms());
         let poll = if current.serving_again_unix_ms.is_some() {
             AFTER_POLL
         } else {
@@ -305,13 +294,7 @@ impl Run<'_> {
             key,
             spec: spec.clone(),
             manifest: manifest.clone(),
-            target: PointTarget {
-                url: target.url.clone(),
-                model: target.model.clone(),
-                metrics_targets: target.metrics_targets.clone(),
-                discover_metrics: target.discover_metrics,
-                time_scale: target.time_scale,
-            },
+            target: target.point_target(),
             // Prompts of their own: the sweep's never reach these engines' caches.
             nonce: crate::workload::hashing::fnv1a(
                 u64::from(index) + 1,
@@ -326,7 +309,7 @@ impl Run<'_> {
         let k = target.time_scale.max(1e-3);
         let load_s = manifest.client.warmup_seconds + test.steady_seconds + test.observe_seconds;
         let shards = super::shards(spec, manifest, key, k);
-        let deadline = (load_s / k * 2.0 + 300.0).ceil() as i64;
+        let deadline = super::deadline_for(load_s, k);
         let lead_ms = self.ctx.options.shard_start_lead.as_millis() as i64;
         let zero_unix_ms = unix_ms() + lead_ms;
         self.launch_at(
@@ -515,7 +498,6 @@ impl Run<'_> {
         let gate = manifest.gate_config();
         let alerts =
             crate::failure::local::alerts(series, &records, end_s, &gate).unwrap_or_default();
-        let shards_sent: u64 = shards.iter().map(|s| s.summary.client.sent).sum();
         let report = analyze(&Observed {
             kind: fault.kind,
             replica: format!("pod {}", current.victim.as_deref().unwrap_or("(none)")),
@@ -525,7 +507,8 @@ impl Run<'_> {
             lifted_s: None,
             end_s,
             records: &records,
-            warmup_sent: shards_sent.saturating_sub(records.len() as u64),
+            // The merge sums the shards' counts.
+            warmup_sent: client.sent.saturating_sub(records.len() as u64),
             queue: &queue,
             signals,
             alerts,
@@ -628,9 +611,9 @@ mod tests {
     #[test]
     fn the_rate_is_given_or_the_capacity_times_the_fraction() {
         let mut t = FailureTest::default();
-        assert_eq!(rate(&t, Some(24.0)), Some(20.0));
-        assert_eq!(rate(&t, None), None);
+        assert_eq!(t.rate_rps(Some(24.0)), Some(20.0));
+        assert_eq!(t.rate_rps(None), None);
         t.rate = Some(7.5);
-        assert_eq!(rate(&t, None), Some(7.5));
+        assert_eq!(t.rate_rps(None), Some(7.5));
     }
 }
