@@ -785,6 +785,10 @@ struct ServeSimArgs {
     /// Fault: how a stream is cut (`error_frame` or `disconnect`).
     #[arg(long, default_value = "error_frame")]
     stream_cut_mode: String,
+    /// Fault: keep generating for a client that went away instead of aborting its request
+    /// (the leak a RequestCancel failure test catches).
+    #[arg(long)]
+    ignore_disconnect: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -827,6 +831,7 @@ fn serve_sim(args: ServeSimArgs) -> Result<ExitCode> {
                 FlavorArg::Sglang => MetricsFlavor::Sglang,
             },
             seed: args.seed,
+            abort_on_disconnect: !args.ignore_disconnect,
             ..ReplicaConfig::new(setup)
         },
         replicas: args.replicas,

@@ -243,7 +243,7 @@ fn every_example_lints_clean_for_the_operator_and_for_bench_but_for_a_service_ta
         );
         for f in refused {
             assert!(
-                f.starts_with("error: spec.failureTest: in a cluster the fault deletes a pod"),
+                f.starts_with("error: spec.failureTest: the operator's simulated engine runs"),
                 "{context}"
             );
         }

@@ -62,6 +62,11 @@ impl Drop for Fleet {
 }
 
 fn fleet() -> Fleet {
+    fleet_of(ReplicaConfig::new)
+}
+
+/// The example's fleet with its replicas' configuration changed by `replica`.
+fn fleet_of(replica: impl FnOnce(goodput::sim::Setup) -> ReplicaConfig + Send + 'static) -> Fleet {
     let setup = goodput::sim::setup::preset("dense-70b-fp8-h100-tp2").expect("preset");
     let model = setup.model.clone();
     let (url_tx, url_rx) = std::sync::mpsc::channel();
@@ -77,7 +82,7 @@ fn fleet() -> Fleet {
                 replica: ReplicaConfig {
                     time_scale: K,
                     stream_interval: 8,
-                    ..ReplicaConfig::new(setup)
+                    ..replica(setup)
                 },
                 replicas: 4,
                 host: std::net::Ipv4Addr::LOCALHOST.into(),
@@ -146,8 +151,12 @@ async fn load(
 
 /// Runs `fault` at `rate` on a fresh fleet with the example's manifest.
 fn run_fault(fault: Fault, rate: f64, steady_s: f64, observe_s: f64) -> TestDone {
+    run_fault_on(fleet(), fault, rate, steady_s, observe_s)
+}
+
+/// Runs `fault` at `rate` on `fleet` with the example's manifest.
+fn run_fault_on(fleet: Fleet, fault: Fault, rate: f64, steady_s: f64, observe_s: f64) -> TestDone {
     let loaded = example();
-    let fleet = fleet();
     runtime().block_on(async {
         let client = goodput::http_client::load_client(false).expect("client");
         let load = load(&client, &fleet, &loaded, rate, 7).await;
@@ -440,4 +449,80 @@ fn each_other_fault_produces_its_own_report() {
     ] {
         assert!(md.contains(section), "{md}");
     }
+}
+
+/// Clients walking away mid-stream: a quarter of the requests arriving in 30 s are
+/// cancelled after 4 chunks. The engines count every one as aborted and free the slots
+/// (fewer requests running while the client cancels), the rest keep their SLOs, and the
+/// accounting balances with the aborted requests counted apart. An engine that keeps
+/// generating for clients that have gone fails the same test.
+#[test]
+fn cancelled_requests_free_their_slots_and_a_leaking_engine_fails() {
+    let _serial = serial();
+    let fault = Fault {
+        kind: FaultKind::RequestCancel,
+        cancel_fraction: Some(0.25),
+        cancel_after_chunks: Some(4),
+        duration_seconds: Some(30.0),
+        ..Fault::default()
+    };
+    let done = run_fault(fault.clone(), 20.0, 30.0, 60.0);
+    let r = &done.report;
+    assert_eq!(r.fault, FaultKind::RequestCancel);
+    let c = r.cancellation.as_ref().expect("a cancellation block");
+    // About a quarter of the ~600 requests arriving in the 30 s.
+    assert!((100..=200).contains(&c.client_aborted), "{c:#?}");
+    assert_eq!(c.after_chunks, 4);
+    // The engines' own count: every cancellation reached them as an abort (none in the
+    // warmup or elsewhere), so the count is within the race of a stream ending first.
+    let engine = c.engine_aborted.expect("the simulated vLLM counts aborts");
+    assert!(
+        engine <= c.client_aborted as f64 && engine >= 0.95 * c.client_aborted as f64,
+        "{c:#?}"
+    );
+    assert_eq!(c.slots_freed, Some(true), "{:#?}", r.reasons);
+    // A cancelled request holds its slot for 4 of its 32 chunks: fewer requests run while
+    // the client cancels.
+    let (before, during) = (
+        c.running_before.expect("before"),
+        c.running_during.expect("during"),
+    );
+    assert!(during < 0.95 * before, "{c:#?}");
+    let a = &r.accounting;
+    assert_eq!(a.aborted, c.client_aborted);
+    assert_eq!((a.lost, a.failed_honestly), (0, 0), "{a:#?}");
+    assert!(a.balanced(), "{a:#?}");
+    assert_eq!(r.first_error_s, None);
+    assert!(
+        r.detected_by.as_deref() == Some("the engines counted aborted requests"),
+        "{r:#?}"
+    );
+    assert_eq!(r.verdict, FailureVerdict::Pass, "{:#?}", r.reasons);
+    let md = goodput::failure::report::render(std::slice::from_ref(r));
+    for needle in [
+        "## RequestCancel on",
+        "### Cancelled requests",
+        "Slots freed: **yes**",
+    ] {
+        assert!(md.contains(needle), "{needle} in\n{md}");
+    }
+
+    let leaking = fleet_of(|setup| ReplicaConfig {
+        abort_on_disconnect: false,
+        ..ReplicaConfig::new(setup)
+    });
+    let done = run_fault_on(leaking, fault, 20.0, 30.0, 60.0);
+    let r = &done.report;
+    let c = r.cancellation.as_ref().expect("a cancellation block");
+    assert!(c.client_aborted >= 100, "{c:#?}");
+    assert_eq!(c.engine_aborted, Some(0.0), "{c:#?}");
+    assert_eq!(c.slots_freed, Some(false));
+    assert_eq!(r.verdict, FailureVerdict::Fail, "{:#?}", r.reasons);
+    assert!(
+        r.reasons
+            .iter()
+            .any(|l| l.contains("did not free the slots")),
+        "{:#?}",
+        r.reasons
+    );
 }

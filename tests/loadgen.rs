@@ -73,6 +73,7 @@ fn config(target: String, rate: f64) -> LoadConfig {
         max_in_flight: None,
         progress: false,
         live_metrics: None,
+        cancel: None,
     }
 }
 

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use goodput::loadgen::client::send;
+use goodput::loadgen::client::{send, send_or_abort};
 use goodput::loadgen::{Api, ErrorKind, Prompt, RequestOutcome, RequestSpec, Timeouts};
 use goodput::sim::live::{CutMode, FaultConfig, ReplicaConfig, StreamCut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -226,6 +226,45 @@ async fn multi_token_chunks_show_as_a_usage_mismatch() {
         assert_eq!(o.usage_completion_tokens, Some(10));
         assert_eq!(o.output_tokens(), 10);
         assert!(o.tokens_mismatch());
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// A client that goes away on purpose (a failure test's request cancellation): the
+/// outcome is `Aborted` with exactly the chunks asked for, and closing the connection makes
+/// the engine abort the request and free its slot. `Some(0)` goes away at the headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_is_aborted_and_the_engine_frees_the_slot() {
+    bounded(30, async {
+        let server = start(config(10.0)).await;
+        let c = client();
+        let spec = completion(token_prompt(256, 9), 3000);
+        let o = send_or_abort(&c, &server.url(), &spec, &timeouts(), Some(5)).await;
+        assert_failed(&o, ErrorKind::Aborted);
+        assert_eq!(o.content_chunks, 5, "{o:?}");
+        assert_eq!(o.itl_ms.len(), 4);
+        assert!(o.first_token.is_some());
+        let replica = server.replica().clone();
+        let t0 = Instant::now();
+        while replica.stats().is_none_or(|s| s.running > 0) && t0.elapsed() < Duration::from_secs(3)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stats = replica.stats().expect("the engine runs");
+        assert_eq!((stats.running, stats.waiting), (0, 0), "{stats:?}");
+        assert_eq!(stats.kv_usage, 0.0);
+
+        let o = send_or_abort(&c, &server.url(), &spec, &timeouts(), Some(0)).await;
+        assert_failed(&o, ErrorKind::Aborted);
+        assert_eq!((o.content_chunks, o.first_token), (0, None));
+        assert_eq!(o.http_status, Some(200));
+
+        // A stream that ends before its cancel point is recorded as it ended.
+        let short = completion(token_prompt(16, 10), 3);
+        let o = send_or_abort(&c, &server.url(), &short, &timeouts(), Some(5)).await;
+        assert_success(&o);
+        assert_eq!(o.content_chunks, 3);
         server.shutdown().await;
     })
     .await;

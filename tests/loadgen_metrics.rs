@@ -190,6 +190,7 @@ async fn live_counters_equal_the_records_and_the_offline_store() {
         max_in_flight: None,
         progress: false,
         live_metrics: Some(metrics.clone()),
+        cancel: None,
     };
     let class = |name: &str, mix: f64| ScheduleClass {
         name: name.into(),

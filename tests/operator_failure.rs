@@ -95,11 +95,13 @@ async fn a_deleted_pod_is_seen_in_the_endpoint_slice_and_reported_in_status() {
         c,
         &benchmark_yaml(
             "killed",
-            "{steadySeconds: 30, observeSeconds: 60, faults: [{kind: KillReplica, replica: 1}]}",
+            "{steadySeconds: 30, observeSeconds: 60, faults: [{kind: KillReplica, replica: 1}, \
+             {kind: RequestCancel, cancelFraction: 0.25, cancelAfterChunks: 2, \
+             durationSeconds: 20}]}",
         ),
     )
     .await;
-    let cb = harness::succeeded(c, "killed", Duration::from_secs(240)).await;
+    let cb = harness::succeeded(c, "killed", Duration::from_secs(300)).await;
     let status = cb.status.as_ref().expect("status");
     // The sweep goes on past a rate every class passes, so the capacity is 16 RPS or more.
     let capacity = status.capacity_rps.expect("a capacity");
@@ -108,9 +110,9 @@ async fn a_deleted_pod_is_seen_in_the_endpoint_slice_and_reported_in_status() {
     let ft = status.failure_test.as_ref().expect("status.failureTest");
     assert!(ft.errors.is_empty(), "{:?}", ft.errors);
     assert_eq!(ft.rate_rps, Some(rate));
-    assert_eq!((ft.next, ft.current.as_ref()), (1, None));
-    let [r] = ft.reports.as_slice() else {
-        panic!("one report: {ft:#?}")
+    assert_eq!((ft.next, ft.current.as_ref()), (2, None));
+    let [r, cancelled] = ft.reports.as_slice() else {
+        panic!("two reports: {ft:#?}")
     };
     let dump = serde_json::to_string_pretty(r).expect("the report serialises");
     assert_eq!(r.fault, FaultKind::KillReplica);
@@ -186,6 +188,37 @@ async fn a_deleted_pod_is_seen_in_the_endpoint_slice_and_reported_in_status() {
             .iter()
             .any(|m| m.contains(&format!("Deleted pod {victim}"))),
         "an Event for the deletion"
+    );
+
+    // Then the load's own clients cancel a quarter of their requests for 20 s: the
+    // engines behind the Service count them as aborted and free the slots.
+    let dump = serde_json::to_string_pretty(cancelled).expect("the report serialises");
+    assert_eq!(cancelled.fault, FaultKind::RequestCancel);
+    assert_eq!(cancelled.replica, "every replica");
+    let cx = cancelled
+        .cancellation
+        .as_ref()
+        .expect("a cancellation block");
+    assert!(cx.client_aborted as f64 > 0.15 * rate * 20.0, "{dump}");
+    let counted = cx.engine_aborted.expect("the engines' abort count");
+    assert!(
+        counted >= 0.95 * cx.client_aborted as f64 && counted <= cx.client_aborted as f64,
+        "{dump}"
+    );
+    assert_eq!(cx.slots_freed, Some(true), "{dump}");
+    assert!(cancelled.accounting.balanced(), "{dump}");
+    assert_eq!(cancelled.accounting.aborted, cx.client_aborted, "{dump}");
+    assert_eq!(cancelled.verdict, FailureVerdict::Pass, "{dump}");
+    let data = maps
+        .get("killed-g1-f1-point")
+        .await
+        .expect("the second test's point ConfigMap")
+        .data
+        .expect("data");
+    assert!(
+        data["failure-test.md"].contains("### Cancelled requests"),
+        "{}",
+        data["failure-test.md"]
     );
     assert_eq!(phase(&cb), Some(Phase::Succeeded));
 }

@@ -759,6 +759,46 @@ async fn client_disconnect_frees_kv() {
     .await;
 }
 
+/// The leak a request-cancellation failure test must catch: with `abort_on_disconnect`
+/// off, the engine keeps generating for a client that went away, and counts no abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_ignores_disconnects_keeps_the_slot() {
+    bounded(20, async {
+        let server = start(ReplicaConfig {
+            abort_on_disconnect: false,
+            ..config(10.0)
+        })
+        .await;
+        let c = client();
+        let mut resp = post(
+            &c,
+            &server,
+            "/v1/completions",
+            json!({"prompt": token_prompt(1024, 5), "max_tokens": 5000, "ignore_eos": true, "stream": true}),
+        )
+        .await;
+        let mut got = 0;
+        while got < 5 {
+            let chunk = resp.chunk().await.unwrap().expect("more frames");
+            got += chunk.windows(2).filter(|w| *w == b"\n\n").count();
+        }
+        drop(resp);
+        let replica = server.replica().clone();
+        // The healthy engine frees the slot within milliseconds (the test above); this one
+        // still holds it a second later and is still generating.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stats = replica.stats().unwrap();
+        assert_eq!(stats.running, 1, "{stats:?}");
+        assert!(stats.kv_usage > 0.0);
+        let text = metrics_text(&c, &server.url()).await;
+        assert_eq!(sample(&text, "vllm:request_success_total", "finished_reason=\"abort\""), Some(0.0));
+        let generated = sample(&text, "vllm:generation_tokens_total", "").unwrap();
+        assert!(generated > 100.0, "generation went on: {generated}");
+        server.shutdown().await;
+    })
+    .await;
+}
+
 /// Checks the text exposition by hand (names may contain colons, which prometheus-parse's
 /// name pattern does not accept) and returns it with colons mapped to underscores, for
 /// prometheus-parse.

@@ -215,7 +215,8 @@ impl SampleStore {
         let name = |c: usize| class_names.get(c).cloned().unwrap_or_else(|| c.to_string());
         // Completion times per class: ok, error, SLO met.
         let mut done: Vec<[Vec<f64>; 3]> = vec![Default::default(); n_classes];
-        for r in records {
+        // A request the client aborted on purpose is neither ok nor an error, as live.
+        for r in records.iter().filter(|r| !r.aborted()) {
             let d = &mut done[r.class];
             if r.ok() {
                 d[0].push(r.ended_s);

@@ -90,6 +90,12 @@ pub enum FaultKind {
     KvCapacity,
     /// Latency and jitter added on the replica's link (simulated engine only).
     DegradedLink,
+    /// Clients go away mid-stream: for `durationSeconds`, a `cancelFraction` of the
+    /// requests are aborted by the load generator after `cancelAfterChunks` content
+    /// chunks. The engine must free their slots (count them as aborted, running and KV
+    /// back to the baseline) and the other requests keep their SLOs. `replica` is not
+    /// used: the clients of every replica cancel.
+    RequestCancel,
 }
 
 impl FaultKind {
@@ -100,6 +106,7 @@ impl FaultKind {
             FaultKind::ColdStart => "ColdStart",
             FaultKind::KvCapacity => "KvCapacity",
             FaultKind::DegradedLink => "DegradedLink",
+            FaultKind::RequestCancel => "RequestCancel",
         }
     }
 
@@ -110,6 +117,7 @@ impl FaultKind {
             FaultKind::ColdStart => "failure/cold-start",
             FaultKind::KvCapacity => "failure/kv-capacity",
             FaultKind::DegradedLink => "failure/degraded-link",
+            FaultKind::RequestCancel => "failure/request-cancel",
         }
     }
 }
@@ -148,8 +156,17 @@ pub struct Fault {
     /// `DegradedLink`: extra uniform jitter (ms). Absent: 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<u64>,
-    /// `KvCapacity` and `DegradedLink`: seconds (model time) the fault lasts. Absent: to the
-    /// end of the run.
+    /// `RequestCancel`: fraction of the requests arriving during the fault that the
+    /// client aborts. Absent: 0.25.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_fraction: Option<f64>,
+    /// `RequestCancel`: content chunks a cancelled request receives before the client
+    /// closes its connection (one token per chunk on engines that stream every token; a
+    /// stream interval puts several in one). Absent: 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_after_chunks: Option<u32>,
+    /// `KvCapacity`, `DegradedLink` and `RequestCancel`: seconds (model time) the fault
+    /// lasts. Absent: to the end of the run (`RequestCancel`: 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_seconds: Option<f64>,
 }
@@ -172,6 +189,32 @@ impl Fault {
     /// Usable KV fraction under `KvCapacity`.
     pub fn kv_fraction(&self) -> f64 {
         self.kv_fraction.unwrap_or(0.25)
+    }
+
+    /// What the fault hits, as reports name it: `replica 1`, or `every replica` for a
+    /// request cancellation (the clients of all replicas cancel).
+    pub fn hits(&self) -> String {
+        match self.kind {
+            FaultKind::RequestCancel => "every replica".to_owned(),
+            _ => format!("replica {}", self.replica),
+        }
+    }
+
+    /// Fraction of requests cancelled and chunks each receives first under
+    /// `RequestCancel`.
+    pub fn cancel(&self) -> (f64, u32) {
+        (
+            self.cancel_fraction.unwrap_or(0.25),
+            self.cancel_after_chunks.unwrap_or(8),
+        )
+    }
+
+    /// Model seconds a timed fault lasts; `None`: to the end of the run.
+    pub fn duration_s(&self) -> Option<f64> {
+        match self.kind {
+            FaultKind::RequestCancel => Some(self.duration_seconds.unwrap_or(30.0)),
+            _ => self.duration_seconds,
+        }
     }
 
     /// Added latency and jitter under `DegradedLink` (ms).

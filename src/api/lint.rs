@@ -46,28 +46,42 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
 }
 
 /// What the operator cannot run of `spec.failureTest`: in a cluster a fault is
-/// `KillReplica`, injected by deleting a ready pod of `spec.target.service` (the simulated
-/// engine's replicas share one pod, and the other kinds need its admin API: `goodput
-/// bench` runs them). Errors, none when it can run it all.
+/// `KillReplica`, injected by deleting a ready pod of `spec.target.service`, or
+/// `RequestCancel`, the load's own clients cancelling (the simulated engine's replicas
+/// share one pod, and the other kinds need its admin API: `goodput bench` runs them).
+/// Errors, none when it can run it all.
 pub fn cluster_failure_test(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     let Some(test) = spec.failure_test.as_ref() else {
         return Vec::new();
     };
     let mut out = Lint::default();
-    if spec.target.service.is_none() {
+    let kills = test
+        .faults
+        .iter()
+        .any(|f| f.kind == super::FaultKind::KillReplica);
+    if spec.target.is_simulated() {
         out.error(
             "spec.failureTest",
-            "in a cluster the fault deletes a pod of spec.target.service; with a URL or the \
-             simulated engine (whose replicas share one pod) run the test with goodput bench",
+            "the operator's simulated engine runs its replicas in one pod: run failure \
+             tests against it with goodput bench",
+        );
+    } else if kills && spec.target.service.is_none() {
+        out.error(
+            "spec.failureTest",
+            "in a cluster KillReplica deletes a pod of spec.target.service; against a URL \
+             run it with goodput bench",
         );
     }
     for (i, f) in test.faults.iter().enumerate() {
-        if f.kind != super::FaultKind::KillReplica {
+        if !matches!(
+            f.kind,
+            super::FaultKind::KillReplica | super::FaultKind::RequestCancel
+        ) {
             out.error(
                 format!("spec.failureTest.faults[{i}].kind"),
                 format!(
                     "{} needs the simulated engine's admin API (goodput bench); in a cluster \
-                     the fault is KillReplica",
+                     the faults are KillReplica and RequestCancel",
                     f.kind
                 ),
             );
@@ -539,6 +553,15 @@ impl Lint {
                     format!("{d} must be positive"),
                 );
             }
+            if f.kind == super::FaultKind::RequestCancel {
+                let (fraction, _) = f.cancel();
+                if !(fraction > 0.0 && fraction <= 1.0) {
+                    self.error(
+                        format!("{path}.cancelFraction"),
+                        format!("{fraction} is outside (0, 1]"),
+                    );
+                }
+            }
             if f.load_seconds.is_some_and(|s| !(s >= 0.0 && s.is_finite())) {
                 self.error(format!("{path}.loadSeconds"), "must be at least 0");
             }
@@ -876,6 +899,63 @@ mod tests {
         });
         assert_eq!(errors(&f), ["spec.failureTest.faults"]);
         assert!(warnings(&f).contains(&"spec.failureTest"), "{f:?}");
+        let f = lint_with(|s, _| {
+            s.failure_test = Some(FailureTest {
+                faults: vec![Fault {
+                    kind: FaultKind::RequestCancel,
+                    cancel_fraction: Some(0.0),
+                    ..Fault::default()
+                }],
+                ..FailureTest::default()
+            });
+        });
+        assert_eq!(errors(&f), ["spec.failureTest.faults[0].cancelFraction"]);
+    }
+
+    #[test]
+    fn the_operator_runs_kills_against_a_service_and_cancellations_anywhere_but_its_own_sim() {
+        use crate::api::{FailureTest, Fault, FaultKind, ServiceTarget};
+        let test = |kinds: &[FaultKind]| {
+            Some(FailureTest {
+                faults: kinds
+                    .iter()
+                    .map(|&kind| Fault {
+                        kind,
+                        ..Fault::default()
+                    })
+                    .collect(),
+                ..FailureTest::default()
+            })
+        };
+        let paths = |f: Vec<Finding>| -> Vec<String> { f.into_iter().map(|f| f.path).collect() };
+        let mut spec = spec();
+        spec.target.service = Some(ServiceTarget {
+            name: "qwen".into(),
+            namespace: None,
+            port: 8000,
+        });
+        spec.failure_test = test(&[FaultKind::KillReplica, FaultKind::RequestCancel]);
+        assert!(cluster_failure_test(&spec).is_empty());
+        spec.failure_test = test(&[FaultKind::KvCapacity, FaultKind::DegradedLink]);
+        assert_eq!(
+            paths(cluster_failure_test(&spec)),
+            [
+                "spec.failureTest.faults[0].kind",
+                "spec.failureTest.faults[1].kind"
+            ]
+        );
+        // Against a URL: the clients can cancel, but there is no pod to kill.
+        spec.target.service = None;
+        spec.target.url = Some("http://127.0.0.1:8000".into());
+        spec.failure_test = test(&[FaultKind::RequestCancel]);
+        assert!(cluster_failure_test(&spec).is_empty());
+        spec.failure_test = test(&[FaultKind::KillReplica]);
+        assert_eq!(paths(cluster_failure_test(&spec)), ["spec.failureTest"]);
+        // The operator's own simulated engine: goodput bench's.
+        spec.target.url = None;
+        spec.target.simulated = Some(crate::api::SimulatedTarget::default());
+        spec.failure_test = test(&[FaultKind::RequestCancel]);
+        assert_eq!(paths(cluster_failure_test(&spec)), ["spec.failureTest"]);
     }
 
     #[test]

@@ -394,10 +394,10 @@ impl Runner<'_> {
         let mut reports = Vec::new();
         for (i, fault) in test.faults.iter().enumerate() {
             self.bar.set_message(format!(
-                "failure test {}: {} on replica {} at {} RPS",
+                "failure test {}: {} on {} at {} RPS",
                 i + 1,
                 fault.kind,
-                fault.replica,
+                fault.hits(),
                 rate_label(rate)
             ));
             // Prompts of their own: the sweep's never reach these engines' caches.

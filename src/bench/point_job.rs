@@ -45,6 +45,9 @@ pub struct FailureLoad {
     pub steady_seconds: f64,
     /// Load after it.
     pub observe_seconds: f64,
+    /// A request-cancellation test's cancellations, on the load's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<crate::loadgen::run::CancelPlan>,
 }
 
 impl PointJob {
@@ -59,13 +62,17 @@ impl PointJob {
             self.nonce,
         )?;
         Ok(match (self.failure, self.key) {
-            (Some(f), PointKey::Rate { rate, .. }) => crate::failure::local::fault_load(
-                &config,
-                &plan,
-                rate,
-                f.steady_seconds,
-                f.observe_seconds,
-            ),
+            (Some(f), PointKey::Rate { rate, .. }) => {
+                let (mut config, plan) = crate::failure::local::fault_load(
+                    &config,
+                    &plan,
+                    rate,
+                    f.steady_seconds,
+                    f.observe_seconds,
+                );
+                config.cancel = f.cancel;
+                (config, plan)
+            }
             _ => (config, plan),
         })
     }

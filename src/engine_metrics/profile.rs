@@ -126,6 +126,9 @@ pub enum Concept {
     GenerationTokens,
     /// Requests finished, whatever the reason (counter).
     RequestSuccess,
+    /// Requests aborted, mostly because their client went away (counter; vLLM: the
+    /// `finished_reason="abort"` part of the finished count; SGLang's own counter).
+    RequestAborted,
     /// Time to first token (histogram, seconds).
     Ttft,
     /// Inter-token latency (histogram, seconds; vLLM per output event, SGLang per token).
@@ -148,7 +151,7 @@ pub enum Concept {
 
 impl Concept {
     /// Every concept.
-    pub const ALL: [Concept; 19] = [
+    pub const ALL: [Concept; 20] = [
         Concept::QueueWaiting,
         Concept::Running,
         Concept::KvUsage,
@@ -159,6 +162,7 @@ impl Concept {
         Concept::PromptTokens,
         Concept::GenerationTokens,
         Concept::RequestSuccess,
+        Concept::RequestAborted,
         Concept::Ttft,
         Concept::Itl,
         Concept::E2e,
@@ -184,6 +188,7 @@ impl Concept {
             Concept::PromptTokens => "prompt_tokens",
             Concept::GenerationTokens => "generation_tokens",
             Concept::RequestSuccess => "request_success",
+            Concept::RequestAborted => "request_aborted",
             Concept::Ttft => "ttft",
             Concept::Itl => "itl",
             Concept::E2e => "e2e",
@@ -213,7 +218,8 @@ impl Concept {
             | Concept::Preemptions
             | Concept::PromptTokens
             | Concept::GenerationTokens
-            | Concept::RequestSuccess => MetricKind::Counter,
+            | Concept::RequestSuccess
+            | Concept::RequestAborted => MetricKind::Counter,
             Concept::Ttft | Concept::Itl | Concept::E2e | Concept::QueueTime => {
                 MetricKind::Histogram
             }
@@ -352,6 +358,14 @@ static VLLM: Profile = Profile {
             Concept::RequestSuccess,
             &[cur("vllm:request_success_total")],
         ),
+        (
+            Concept::RequestAborted,
+            &[sel(
+                "vllm:request_success_total",
+                "finished_reason",
+                "abort",
+            )],
+        ),
         (Concept::Ttft, &[cur("vllm:time_to_first_token_seconds")]),
         (
             Concept::Itl,
@@ -393,6 +407,10 @@ static SGLANG: Profile = Profile {
             &[cur("sglang:generation_tokens_total")],
         ),
         (Concept::RequestSuccess, &[cur("sglang:num_requests_total")]),
+        (
+            Concept::RequestAborted,
+            &[cur("sglang:num_aborted_requests_total")],
+        ),
         (Concept::Ttft, &[cur("sglang:time_to_first_token_seconds")]),
         (
             Concept::Itl,
@@ -866,7 +884,10 @@ vllm:time_per_output_token_seconds_count{model_name=\"m\"} 30.0
         let samples = parse(SGLANG_TEXT).samples;
         let d = detect(&samples).unwrap_or_else(|| panic!("nothing detected"));
         assert_eq!(d.engine, EngineKind::Sglang);
-        assert_eq!(d.missing, vec![Concept::Itl, Concept::E2e]);
+        assert_eq!(
+            d.missing,
+            vec![Concept::RequestAborted, Concept::Itl, Concept::E2e]
+        );
         let p = d.profile();
         approx(concept_value(&samples, p, Concept::QueueWaiting), 9.0);
         approx(concept_value(&samples, p, Concept::Running), 5.0);

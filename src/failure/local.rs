@@ -9,14 +9,13 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use super::{FailureReport, FiredAlert, Observed, Signals, analyze};
+use super::{EngineFacts, FailureReport, FiredAlert, Observed, Signals, analyze};
 use crate::analysis::GateConfig;
 use crate::api::{FailureTest, Fault, FaultKind};
-use crate::engine_metrics::profile::Concept;
-use crate::engine_metrics::series::{Across, Coverage, MetricsSeries};
+use crate::engine_metrics::series::MetricsSeries;
 use crate::loadgen::point::{MeasuredPoint, PointError, PointPlan, measure_point};
 use crate::loadgen::record::RequestRecord;
-use crate::loadgen::run::{LoadConfig, LoadMode};
+use crate::loadgen::run::{CancelPlan, LoadConfig, LoadMode};
 
 /// How often the watcher polls the router (wall clock).
 const POLL: Duration = Duration::from_millis(50);
@@ -271,8 +270,14 @@ impl SimulatedFleet {
                     .await?;
                 v["at_unix_ms"].as_u64().unwrap_or_else(unix_ms)
             }
+            // The client cancels on the load's own schedule (its `CancelPlan`), from now.
+            FaultKind::RequestCancel => unix_ms(),
         };
-        let lifted = match (fault.kind, fault.duration_seconds) {
+        let lifted = match (fault.kind, fault.duration_s()) {
+            (FaultKind::RequestCancel, Some(d)) => {
+                tokio::time::sleep(self.wall(d)).await;
+                Some(unix_ms())
+            }
             (FaultKind::KvCapacity | FaultKind::DegradedLink, Some(d)) => {
                 tokio::time::sleep(self.wall(d)).await;
                 let (path, body) = if fault.kind == FaultKind::KvCapacity {
@@ -319,6 +324,22 @@ pub fn fault_load(
     (config, plan)
 }
 
+/// The client's cancellations of a `RequestCancel` fault injected `inject_after_s` after
+/// the load's time zero (model time); `None` for the other faults.
+pub fn cancel_plan(fault: &Fault, inject_after_s: f64) -> Option<CancelPlan> {
+    if fault.kind != FaultKind::RequestCancel {
+        return None;
+    }
+    let (fraction, after_chunks) = fault.cancel();
+    Some(CancelPlan {
+        from_s: inject_after_s,
+        // A cancellation always has a duration (30 s when not given).
+        to_s: inject_after_s + fault.duration_s()?,
+        fraction,
+        after_chunks,
+    })
+}
+
 /// What one local failure test measured, in model time.
 #[derive(Debug)]
 pub struct LocalRun {
@@ -330,10 +351,12 @@ pub struct LocalRun {
     pub lifted_s: Option<f64>,
     /// The signals watched.
     pub signals: Signals,
-    /// The waiting queue summed over the replicas that answered.
-    pub queue: Vec<(f64, f64)>,
+    /// The engines' series.
+    pub engine: EngineFacts,
     /// End of the run (the last request's end).
     pub end_s: f64,
+    /// The requests the client cancelled (model time), in a request-cancellation test.
+    pub cancel: Option<CancelPlan>,
 }
 
 impl LocalRun {
@@ -349,7 +372,7 @@ impl LocalRun {
     ) -> Observed<'a> {
         Observed {
             kind: fault.kind,
-            replica: format!("replica {}", fault.replica),
+            replica: fault.hits(),
             rate_rps,
             replicas,
             injected_s: self.injected_s,
@@ -362,7 +385,10 @@ impl LocalRun {
                 .client
                 .sent
                 .saturating_sub(self.measured.run.records.len() as u64),
-            queue: &self.queue,
+            queue: &self.engine.queue,
+            running: &self.engine.running,
+            kv_usage: &self.engine.kv_usage,
+            cancel: self.cancel,
             signals: self.signals.clone(),
             alerts,
             gate,
@@ -434,16 +460,13 @@ pub async fn run_fault(
     let model = |ms: u64| (ms as f64 / 1e3 - zero) * k;
     let injected_s = model(injected_ms);
     let victim = fault.replica as usize;
+    let engine = EngineFacts::of(measured.series.as_ref(), injected_s);
     let mut signals = watched(&snaps, victim, injected_ms, fault.kind, &model);
     signals.metrics_gone_s = metrics_gone(measured.series.as_ref(), victim, injected_s);
     signals.router_received = Some(after.received().saturating_sub(before.received()));
-    signals.engine_finished = measured
-        .series
-        .as_ref()
-        .and_then(|s| s.counter_delta(Concept::RequestSuccess));
-    let queue = measured.series.as_ref().map_or_else(Vec::new, |s| {
-        s.concept_series(Concept::QueueWaiting, Across::Sum, Coverage::Answered)
-    });
+    signals.engine_finished = engine.finished;
+    signals.engine_aborted = engine.aborted;
+    signals.engine_abort_seen_s = engine.abort_seen_s;
     let end_s = measured
         .run
         .records
@@ -455,8 +478,9 @@ pub async fn run_fault(
         injected_s,
         lifted_s: lifted_ms.map(model),
         signals,
-        queue,
+        engine,
         end_s,
+        cancel: config.cancel,
     })
 }
 
@@ -496,7 +520,7 @@ pub async fn run_test(
             "a failure test runs an open-loop rate".into(),
         ));
     };
-    let (config, plan) = fault_load(
+    let (mut config, plan) = fault_load(
         load.0,
         load.1,
         rate,
@@ -504,6 +528,7 @@ pub async fn run_test(
         test.observe_seconds,
     );
     let inject_after = config.warmup_s + test.steady_seconds;
+    config.cancel = cancel_plan(fault, inject_after);
     let run = run_fault(client, fleet, fault, &config, &plan, inject_after, stop).await?;
     let (alerts, alerts_error) = match alerts(
         run.measured.series.as_ref(),

@@ -19,7 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{GateConfig, PointReport, PointSummary, QueueTrend, error_rate, queue_slope};
 use crate::api::FaultKind;
+use crate::engine_metrics::profile::Concept;
+use crate::engine_metrics::series::{Across, Coverage, MetricsSeries};
 use crate::loadgen::record::RequestRecord;
+use crate::loadgen::run::CancelPlan;
 use crate::pack::figures::mean;
 
 /// Smallest rise of the queue that counts as growth (requests), as in the point gate's
@@ -35,8 +38,9 @@ pub const RECOVERY_RULE: &str = "recovered = the first moment after the queue's 
     and at least until a timed fault is lifted and the lost capacity serves again";
 
 /// How the requests are accounted for (stated in every report).
-pub const ACCOUNTING_RULE: &str = "every scheduled request is a record: ok, or failed with \
-    the status it failed with. Honest failures carry a signal from the system (an HTTP \
+pub const ACCOUNTING_RULE: &str = "every scheduled request is a record: ok, aborted by the \
+    client on purpose (a request-cancellation test; outside the windows' figures), or \
+    failed with the status it failed with. Honest failures carry a signal from the system (an HTTP \
     error, an error frame, a reset or closed connection); `rejected` are HTTP 429 and 503 \
     (load shed or back-pressure); `lost` were sent and never answered with an error (the \
     client gave up: timeout, stall, or still open at the end of the run). The load \
@@ -72,6 +76,57 @@ pub struct Signals {
     /// Requests the engines counted as finished over the run (their own counters, scraped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_finished: Option<f64>,
+    /// Requests the engines counted as aborted over the run, when they count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_aborted: Option<f64>,
+    /// First scrape after the injection at which the engines' abort count had risen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_abort_seen_s: Option<f64>,
+}
+
+/// What a failure test reads from the engines' scraped series (model seconds since the
+/// load's time zero).
+#[derive(Clone, Debug, Default)]
+pub struct EngineFacts {
+    /// Waiting requests summed over the replicas that answered, per scrape.
+    pub queue: Vec<(f64, f64)>,
+    /// Running requests summed over the replicas that answered, per scrape.
+    pub running: Vec<(f64, f64)>,
+    /// KV usage averaged over the replicas that answered, per scrape.
+    pub kv_usage: Vec<(f64, f64)>,
+    /// Requests the engines counted as finished over the run.
+    pub finished: Option<f64>,
+    /// Requests the engines counted as aborted over the run.
+    pub aborted: Option<f64>,
+    /// First scrape after the injection at which the abort count had risen.
+    pub abort_seen_s: Option<f64>,
+}
+
+impl EngineFacts {
+    /// The facts of `series` for a fault injected at `injected_s`.
+    pub fn of(series: Option<&MetricsSeries>, injected_s: f64) -> Self {
+        let Some(s) = series else {
+            return EngineFacts::default();
+        };
+        let answered = |c: Concept, across: Across| s.concept_series(c, across, Coverage::Answered);
+        let aborts = answered(Concept::RequestAborted, Across::Sum);
+        let at_injection = aborts
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= injected_s)
+            .map_or(0.0, |p| p.1);
+        EngineFacts {
+            queue: answered(Concept::QueueWaiting, Across::Sum),
+            running: answered(Concept::Running, Across::Sum),
+            kv_usage: answered(Concept::KvUsage, Across::Mean),
+            finished: s.counter_delta(Concept::RequestSuccess),
+            aborted: s.counter_delta(Concept::RequestAborted),
+            abort_seen_s: aborts
+                .iter()
+                .find(|(t, v)| *t >= injected_s && *v > at_injection)
+                .map(|p| p.0),
+        }
+    }
 }
 
 /// One alert episode during the run.
@@ -116,6 +171,13 @@ pub struct Observed<'a> {
     pub warmup_sent: u64,
     /// The waiting queue summed over the replicas that answered, per scrape.
     pub queue: &'a [(f64, f64)],
+    /// Requests running, summed over the replicas that answered, per scrape.
+    pub running: &'a [(f64, f64)],
+    /// KV-cache usage (0–1), averaged over the replicas that answered, per scrape.
+    pub kv_usage: &'a [(f64, f64)],
+    /// A request-cancellation test's plan (model time): which requests the client
+    /// cancelled.
+    pub cancel: Option<CancelPlan>,
     /// What was watched.
     pub signals: Signals,
     /// Alert episodes of the shipped rules over the run.
@@ -163,9 +225,12 @@ pub struct Window {
     pub from_s: f64,
     /// End (s).
     pub to_s: f64,
-    /// Requests that arrived in it.
+    /// Requests that arrived in it (those the client aborted on purpose excepted).
     pub attempted: u64,
-    /// Of them, failed.
+    /// Requests that arrived in it and that the client aborted on purpose.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aborted: u64,
+    /// Of the attempted, failed.
     pub failed: u64,
     /// `failed / attempted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,6 +280,9 @@ pub struct Accounting {
     pub warmup_sent: u64,
     /// Answered successfully.
     pub ok: u64,
+    /// Aborted by the client on purpose (a request-cancellation test).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aborted: u64,
     /// Failed with a signal from the system.
     pub failed_honestly: u64,
     /// HTTP 429 or 503 among the honest failures: load shed or back-pressure.
@@ -234,10 +302,11 @@ pub struct Accounting {
 }
 
 impl Accounting {
-    /// Every request the client sent is ok, failed honestly or lost, and the router
-    /// counted as many as the client sent, warmup included (when it counts).
+    /// Every request the client sent is ok, aborted on purpose, failed honestly or lost,
+    /// and the router counted as many as the client sent, warmup included (when it
+    /// counts).
     pub fn balanced(&self) -> bool {
-        self.ok + self.failed_honestly + self.lost == self.attempted
+        self.ok + self.aborted + self.failed_honestly + self.lost == self.attempted
             && self
                 .router_received
                 .is_none_or(|r| r == self.attempted + self.warmup_sent)
@@ -308,6 +377,10 @@ pub struct FailureReport {
     pub queue: QueueFacts,
     /// Where every request went.
     pub accounting: Accounting,
+    /// A request-cancellation test: what the engines did with the requests the client
+    /// walked away from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation: Option<Cancellation>,
     /// Alerts of the shipped rules that fired or were pending.
     pub alerts: Vec<FiredAlert>,
     /// Whether capacity came back without manual repair.
@@ -316,6 +389,58 @@ pub struct FailureReport {
     pub verdict: FailureVerdict,
     /// Why, one line per criterion.
     pub reasons: Vec<String>,
+}
+
+/// How a request-cancellation test decides whether the engines freed the slots (stated in
+/// its report).
+pub const SLOTS_RULE: &str = "freed = the engines counted at least 95% of the requests \
+    the client cancelled as aborted (the rest may have finished before the abort reached \
+    them), and after the cancellation the running requests and the KV usage are back \
+    within max(2 requests, 20%) and max(0.05, 20%) of their means before it";
+
+/// Share of the client's cancellations the engines must count as aborted.
+pub const ABORTS_COUNTED_MIN: f64 = 0.95;
+
+/// What the engines did with the requests the client cancelled (means over the scrapes of
+/// each period; running summed over the replicas, KV usage averaged).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cancellation {
+    /// Fraction of the requests arriving during the fault that the client cancelled.
+    pub fraction: f64,
+    /// Content chunks each received before the client went away.
+    pub after_chunks: u32,
+    /// Requests the client cancelled.
+    pub client_aborted: u64,
+    /// Requests the engines counted as aborted over the run, when they count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_aborted: Option<f64>,
+    /// Running requests before the fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_before: Option<f64>,
+    /// Running requests while the client cancelled (a freed slot lowers it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_during: Option<f64>,
+    /// Running requests after the cancellation ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_after: Option<f64>,
+    /// KV usage before the fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_before: Option<f64>,
+    /// KV usage while the client cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_during: Option<f64>,
+    /// KV usage after the cancellation ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_after: Option<f64>,
+    /// Whether the engines freed the slots ([`SLOTS_RULE`]); `None`: they count no aborts,
+    /// so it cannot be told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots_freed: Option<bool>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Statuses that carry no signal from the system: the client gave up or stopped waiting.
@@ -366,7 +491,12 @@ pub fn analyze(o: &Observed<'_>) -> FailureReport {
     .filter_map(|(name, from, to, member)| window(name, from, to, member, o.records, o.gate))
     .collect();
     let accounting = accounting(o);
-    let failed_ends = || o.records.iter().filter(|r| !r.ok()).map(|r| r.ended_s);
+    let failed_ends = || {
+        o.records
+            .iter()
+            .filter(|r| !r.ok() && !r.aborted())
+            .map(|r| r.ended_s)
+    };
     let first_error_s = failed_ends().reduce(f64::min);
     let last_error_s = failed_ends().reduce(f64::max);
     let (detected_at_s, detected_by) = detection(o);
@@ -380,8 +510,13 @@ pub fn analyze(o: &Observed<'_>) -> FailureReport {
     let capacity_returned = match o.kind {
         FaultKind::KillReplica | FaultKind::ColdStart => sig.serving_again_s.is_some(),
         // A timed fault gives capacity back when lifted; one that lasts to the end does not.
-        FaultKind::KvCapacity | FaultKind::DegradedLink => o.lifted_s.is_some(),
+        FaultKind::KvCapacity | FaultKind::DegradedLink | FaultKind::RequestCancel => {
+            o.lifted_s.is_some()
+        }
     };
+    let cancellation = o
+        .cancel
+        .map(|plan| cancellation(o, &plan, start_s, incident_end, &accounting));
     let mut report = FailureReport {
         fault: o.kind,
         replica: o.replica.clone(),
@@ -399,6 +534,7 @@ pub fn analyze(o: &Observed<'_>) -> FailureReport {
         windows,
         queue,
         accounting,
+        cancellation,
         alerts: o.alerts.clone(),
         capacity_returned,
         verdict: FailureVerdict::Pass,
@@ -435,6 +571,12 @@ fn detection(o: &Observed<'_>) -> (Option<f64>, Option<String>) {
             .map(|t| (t, "new replica ready and routed to".to_owned()))
             .into_iter()
             .collect(),
+        FaultKind::RequestCancel => sig
+            .engine_abort_seen_s
+            .map(|t| (t, "the engines counted aborted requests".to_owned()))
+            .into_iter()
+            .chain(first_alert)
+            .collect(),
         FaultKind::KvCapacity | FaultKind::DegradedLink => first_alert.collect(),
     };
     candidates
@@ -455,6 +597,10 @@ fn accounting(o: &Observed<'_>) -> Accounting {
     for r in o.records {
         if r.ok() {
             a.ok += 1;
+            continue;
+        }
+        if r.aborted() {
+            a.aborted += 1;
             continue;
         }
         *a.failed_by_status.entry(r.status.to_owned()).or_default() += 1;
@@ -484,8 +630,11 @@ fn window(
         return None;
     }
     let mut summary = PointSummary::new(gate.clone());
+    let mut aborted = 0;
     for r in records.iter().filter(|r| member(r)) {
-        if r.ok() {
+        if r.aborted() {
+            aborted += 1;
+        } else if r.ok() {
             summary.record_success(r.class, &r.success());
         } else {
             summary.record_failure(r.class, r.status);
@@ -514,11 +663,68 @@ fn window(
         from_s: from,
         to_s: to,
         attempted: report.attempted,
+        aborted,
         failed: report.failed,
         error_rate: error_rate(report.failed, report.attempted),
         goodput_rps: report.observed_goodput_rps,
         classes,
     })
+}
+
+/// The means of `series` over `[from, to)`.
+fn mean_over(series: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
+    mean(
+        series
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|s| s.1),
+    )
+}
+
+/// What the engines did with the cancelled requests: their abort count against the
+/// client's, and running and KV usage before, during and after ([`SLOTS_RULE`]).
+fn cancellation(
+    o: &Observed<'_>,
+    plan: &CancelPlan,
+    start_s: f64,
+    incident_end: f64,
+    accounting: &Accounting,
+) -> Cancellation {
+    let lifted = o.lifted_s.unwrap_or(o.end_s);
+    let after_from = incident_end.max(lifted);
+    let periods = |series: &[(f64, f64)]| {
+        (
+            mean_over(series, start_s, o.injected_s),
+            mean_over(series, o.injected_s, lifted),
+            mean_over(series, after_from, o.end_s + 1e-9),
+        )
+    };
+    let (running_before, running_during, running_after) = periods(o.running);
+    let (kv_before, kv_during, kv_after) = periods(o.kv_usage);
+    let back = |before: Option<f64>, after: Option<f64>, floor: f64| match (before, after) {
+        (Some(b), Some(a)) => a <= b + floor.max(0.2 * b),
+        _ => true,
+    };
+    let client_aborted = accounting.aborted;
+    let engine_aborted = o.signals.engine_aborted;
+    let slots_freed = engine_aborted.map(|n| {
+        n + 1e-9 >= ABORTS_COUNTED_MIN * client_aborted as f64
+            && back(running_before, running_after, 2.0)
+            && back(kv_before, kv_after, 0.05)
+    });
+    Cancellation {
+        fraction: plan.fraction,
+        after_chunks: plan.after_chunks,
+        client_aborted,
+        engine_aborted,
+        running_before,
+        running_during,
+        running_after,
+        kv_before,
+        kv_during,
+        kv_after,
+        slots_freed,
+    }
 }
 
 fn queue_facts(o: &Observed<'_>, start_s: f64) -> QueueFacts {
@@ -559,6 +765,10 @@ fn queue_facts(o: &Observed<'_>, start_s: f64) -> QueueFacts {
         recovery_s: recovered_at_s.map(|t| t - o.injected_s),
         recovery_window_s: o.recovery_window_s,
     }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or("—".to_owned(), |v| format!("{v:.2}"))
 }
 
 /// Whether a window's classes meet the attainment minimum and its error rate is within the
@@ -638,6 +848,43 @@ fn verdict(r: &FailureReport, gate: &GateConfig) -> (FailureVerdict, Vec<String>
             )),
         }
     }
+    if let Some(c) = &r.cancellation {
+        let counted = c
+            .engine_aborted
+            .map_or("no abort count".to_owned(), |n| format!("{n:.0} aborts"));
+        match c.slots_freed {
+            Some(true) => passes.push(format!(
+                "the engines freed the slots of the {} cancelled requests ({counted} \
+                 counted; running and KV usage back to their baseline)",
+                c.client_aborted
+            )),
+            Some(false) => fails.push(format!(
+                "the engines did not free the slots of the {} cancelled requests ({counted} \
+                 counted, running {} before and {} after, KV usage {} before and {} after): \
+                 they kept working for clients that had gone",
+                c.client_aborted,
+                num(c.running_before),
+                num(c.running_after),
+                num(c.kv_before),
+                num(c.kv_after),
+            )),
+            None => findings.push(format!(
+                "the engines count no aborted requests: whether the {} cancelled requests \
+                 freed their slots cannot be told (running {} before, {} during the \
+                 cancellation)",
+                c.client_aborted,
+                num(c.running_before),
+                num(c.running_during),
+            )),
+        }
+        if c.client_aborted == 0 {
+            findings.push(
+                "no request was cancelled: every request chosen ended before its cancel \
+                 point"
+                    .to_owned(),
+            );
+        }
+    }
     let a = &r.accounting;
     if a.lost > 0 {
         fails.push(format!(
@@ -653,10 +900,11 @@ fn verdict(r: &FailureReport, gate: &GateConfig) -> (FailureVerdict, Vec<String>
     if !a.balanced() {
         fails.push(format!(
             "the accounting does not balance: {} sent (and {} in the warmup), {} ok + {} \
-             failed + {} lost{}",
+             aborted + {} failed + {} lost{}",
             a.attempted,
             a.warmup_sent,
             a.ok,
+            a.aborted,
             a.failed_honestly,
             a.lost,
             a.router_received

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{ACCOUNTING_RULE, FailureReport, RECOVERY_RULE, Window};
+use super::{ACCOUNTING_RULE, Cancellation, FailureReport, RECOVERY_RULE, SLOTS_RULE, Window};
 
 fn secs(t: Option<f64>) -> String {
     t.map_or("—".to_owned(), |t| format!("{t:.1} s"))
@@ -61,6 +61,9 @@ pub fn render(reports: &[FailureReport]) -> String {
         out,
         "## Rules\n\n- Recovery: {RECOVERY_RULE}.\n- Accounting: {ACCOUNTING_RULE}.\n"
     );
+    if reports.iter().any(|r| r.cancellation.is_some()) {
+        let _ = writeln!(out, "- Slots after a request cancellation: {SLOTS_RULE}.");
+    }
     out
 }
 
@@ -133,6 +136,9 @@ fn section(out: &mut String, r: &FailureReport) {
         "Capacity came back without manual repair: **{}**.\n",
         if r.capacity_returned { "yes" } else { "no" }
     );
+    if let Some(c) = &r.cancellation {
+        cancellation(out, c);
+    }
     windows(out, &r.windows);
     let q = &r.queue;
     let _ = writeln!(
@@ -151,10 +157,10 @@ fn section(out: &mut String, r: &FailureReport) {
     let a = &r.accounting;
     let _ = writeln!(
         out,
-        "### Requests\n\n| sent | ok | failed with an error | of them rejected (429/503) | \
-         lost silently | retried |\n|---:|---:|---:|---:|---:|---:|\n\
-         | {} | {} | {} | {} | {} | {} |\n",
-        a.attempted, a.ok, a.failed_honestly, a.rejected, a.lost, a.retried
+        "### Requests\n\n| sent | ok | aborted by the client | failed with an error | of them \
+         rejected (429/503) | lost silently | retried |\n|---:|---:|---:|---:|---:|---:|---:|\n\
+         | {} | {} | {} | {} | {} | {} | {} |\n",
+        a.attempted, a.ok, a.aborted, a.failed_honestly, a.rejected, a.lost, a.retried
     );
     if !a.failed_by_status.is_empty() {
         let by: Vec<String> = a
@@ -180,11 +186,16 @@ fn section(out: &mut String, r: &FailureReport) {
         );
     }
     if let Some(n) = a.engine_finished {
+        let aborted = r
+            .signals
+            .engine_aborted
+            .filter(|&x| x > 0.0)
+            .map_or(String::new(), |x| format!(" ({x:.0} of them aborted)"));
         let _ = writeln!(
             out,
-            "The engines' own counters show {n:.0} requests finished, warmup included (a \
-             killed replica's count up to its last scrape); the client saw {} of the measured \
-             requests succeed.\n",
+            "The engines' own counters show {n:.0} requests finished{aborted}, warmup \
+             included (a killed replica's count up to its last scrape); the client saw {} of \
+             the measured requests succeed.\n",
             a.ok
         );
     }
@@ -211,6 +222,36 @@ fn section(out: &mut String, r: &FailureReport) {
     }
 }
 
+fn cancellation(out: &mut String, c: &Cancellation) {
+    let n = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.1}"));
+    let share = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{:.0}%", v * 100.0));
+    let _ = writeln!(
+        out,
+        "### Cancelled requests\n\nThe client cancelled {} requests ({:.0}% of those \
+         arriving during the fault, each after {} content chunks); the engines counted {} \
+         aborted. Slots freed: **{}**.\n\n\
+         | engines | before | while cancelling | after |\n|---|---:|---:|---:|\n\
+         | running requests | {} | {} | {} |\n\
+         | KV usage | {} | {} | {} |\n",
+        c.client_aborted,
+        c.fraction * 100.0,
+        c.after_chunks,
+        c.engine_aborted
+            .map_or("no abort count".to_owned(), |v| format!("{v:.0}")),
+        match c.slots_freed {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "unknown",
+        },
+        n(c.running_before),
+        n(c.running_during),
+        n(c.running_after),
+        share(c.kv_before),
+        share(c.kv_during),
+        share(c.kv_after),
+    );
+}
+
 fn windows(out: &mut String, windows: &[Window]) {
     let _ = writeln!(
         out,
@@ -224,12 +265,15 @@ fn windows(out: &mut String, windows: &[Window]) {
     for w in windows {
         for (i, c) in w.classes.iter().enumerate() {
             let head = if i == 0 {
+                let sent = match w.aborted {
+                    0 => w.attempted.to_string(),
+                    n => format!("{} (+{n} aborted)", w.attempted),
+                };
                 format!(
-                    "| {} | {:.1} | {:.1} | {} | {} | {:.2} RPS |",
+                    "| {} | {:.1} | {:.1} | {sent} | {} | {:.2} RPS |",
                     w.name,
                     w.from_s,
                     w.to_s,
-                    w.attempted,
                     pct(w.error_rate),
                     w.goodput_rps
                 )

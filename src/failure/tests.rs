@@ -79,6 +79,7 @@ fn kill_signals() -> Signals {
         serving_again_s: Some(80.0),
         router_received: Some(1000),
         engine_finished: Some(980.0),
+        ..Signals::default()
     }
 }
 
@@ -99,6 +100,9 @@ fn observed<'a>(
         records,
         warmup_sent: 0,
         queue,
+        running: &[],
+        kv_usage: &[],
+        cancel: None,
         signals,
         alerts: vec![FiredAlert {
             alert: "GoodputReplicaDown".into(),
@@ -326,4 +330,126 @@ fn the_report_has_every_field_of_the_methodology() {
     ] {
         assert!(md.contains(field), "missing {field:?} in\n{md}");
     }
+}
+
+/// A cancellation from 50 to 70 s: every fourth request scheduled in it aborted after 8
+/// chunks, running 40 before and after (30 while cancelling when the engine frees the
+/// slots), and the engines' abort count as given.
+fn cancel_case(engine_aborted: Option<f64>, running_after: f64) -> FailureReport {
+    let gate = gate();
+    let mut records: Vec<RequestRecord> = (0..1000)
+        .map(|i| record(i, i as f64 * 0.1, "ok", Some(200)))
+        .collect();
+    for r in records
+        .iter_mut()
+        .filter(|r| (50.0..70.0).contains(&r.scheduled_s) && r.index % 4 == 0)
+    {
+        *r = RequestRecord {
+            status: "aborted",
+            ended_s: r.scheduled_s + 0.5,
+            ..record(r.index, r.scheduled_s, "ok", Some(200))
+        };
+    }
+    let flat: Vec<(f64, f64)> = (0..=100).map(|t| (f64::from(t), 2.0)).collect();
+    let running: Vec<(f64, f64)> = (0..=100)
+        .map(|t| {
+            let t = f64::from(t);
+            let v = match t {
+                t if t < 50.0 => 40.0,
+                t if t < 70.0 => 30.0,
+                _ => running_after,
+            };
+            (t, v)
+        })
+        .collect();
+    let kv: Vec<(f64, f64)> = running.iter().map(|&(t, v)| (t, v / 100.0)).collect();
+    let plan = CancelPlan {
+        from_s: 50.0,
+        to_s: 70.0,
+        fraction: 0.25,
+        after_chunks: 8,
+    };
+    analyze(&Observed {
+        kind: FaultKind::RequestCancel,
+        replica: "replica 0".into(),
+        lifted_s: Some(70.0),
+        running: &running,
+        kv_usage: &kv,
+        cancel: Some(plan),
+        signals: Signals {
+            router_received: Some(1000),
+            engine_aborted,
+            engine_abort_seen_s: engine_aborted.filter(|n| *n > 0.0).map(|_| 51.0),
+            ..Signals::default()
+        },
+        alerts: Vec::new(),
+        ..observed(&records, &flat, Signals::default(), &gate)
+    })
+}
+
+#[test]
+fn cancelled_requests_are_counted_apart_and_freed_slots_pass() {
+    let r = cancel_case(Some(50.0), 40.0);
+    let a = &r.accounting;
+    // 200 requests scheduled in [50, 70), every fourth aborted.
+    assert_eq!(a.aborted, 50);
+    assert_eq!((a.ok, a.failed_honestly, a.lost), (950, 0, 0));
+    assert!(a.balanced(), "{a:#?}");
+    // Aborted requests are neither failures nor errors.
+    assert_eq!((r.first_error_s, r.last_error_s), (None, None));
+    let during = r
+        .windows
+        .iter()
+        .find(|w| w.name == "during")
+        .expect("during");
+    assert_eq!(during.failed, 0);
+    assert!(during.aborted > 0, "{during:#?}");
+    let total: u64 = r.windows.iter().map(|w| w.aborted).sum();
+    assert!(total <= 50);
+    let c = r.cancellation.as_ref().expect("a cancellation block");
+    assert_eq!(c.client_aborted, 50);
+    assert_eq!(
+        (c.running_before, c.running_during, c.running_after),
+        (Some(40.0), Some(30.0), Some(40.0))
+    );
+    assert_eq!(c.slots_freed, Some(true));
+    assert_eq!(r.detected_at_s, Some(51.0));
+    assert_eq!(r.verdict, FailureVerdict::Pass, "{:#?}", r.reasons);
+    assert!(r.capacity_returned);
+}
+
+#[test]
+fn an_engine_that_keeps_working_for_gone_clients_fails() {
+    // No abort counted: the engine ran the cancelled requests to their end.
+    let r = cancel_case(Some(0.0), 40.0);
+    let c = r.cancellation.as_ref().expect("a cancellation block");
+    assert_eq!(c.slots_freed, Some(false));
+    assert_eq!(r.verdict, FailureVerdict::Fail, "{:#?}", r.reasons);
+    assert!(
+        r.reasons
+            .iter()
+            .any(|l| l.starts_with("fail: the engines did not free the slots of the 50")),
+        "{:#?}",
+        r.reasons
+    );
+    // Aborts counted but running stays high afterwards: also not freed.
+    let r = cancel_case(Some(50.0), 60.0);
+    assert_eq!(r.cancellation.and_then(|c| c.slots_freed), Some(false));
+    // Just under 95% of the aborts counted: not freed; at 95%: freed.
+    assert_eq!(
+        cancel_case(Some(47.0), 40.0)
+            .cancellation
+            .and_then(|c| c.slots_freed),
+        Some(false)
+    );
+    assert_eq!(
+        cancel_case(Some(47.5), 40.0)
+            .cancellation
+            .and_then(|c| c.slots_freed),
+        Some(true)
+    );
+    // An engine that counts no aborts at all: a finding, not a pass.
+    let r = cancel_case(None, 40.0);
+    assert_eq!(r.cancellation.as_ref().and_then(|c| c.slots_freed), None);
+    assert_eq!(r.verdict, FailureVerdict::Finding, "{:#?}", r.reasons);
 }

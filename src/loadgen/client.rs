@@ -39,7 +39,8 @@
 //! - **Connections**: after `[DONE]` (or an error frame) the rest of the body is read for
 //!   up to [`DRAIN_AFTER_DONE`] so that an HTTP/1.1 connection goes back to the pool
 //!   instead of being closed. Dropping the future drops the connection, which tells the
-//!   server to abort the request; [`send`] is cancel-safe.
+//!   server to abort the request; [`send`] is cancel-safe. [`send_or_abort`] does that on
+//!   purpose after a given number of content chunks (`Aborted`).
 
 use std::error::Error as _;
 use std::time::{Duration, Instant};
@@ -437,6 +438,21 @@ pub async fn send(
     spec: &RequestSpec,
     timeouts: &Timeouts,
 ) -> RequestOutcome {
+    send_or_abort(client, base_url, spec, timeouts, None).await
+}
+
+/// [`send`], with the client going away on purpose once `abort_after` content chunks have
+/// arrived (`Some(0)`: as soon as the response headers have): the connection is closed,
+/// which tells the server to abort the request, and the outcome is
+/// [`ErrorKind::Aborted`] with what had arrived. A stream that ends first is recorded as
+/// it ended.
+pub async fn send_or_abort(
+    client: &reqwest::Client,
+    base_url: &str,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+    abort_after: Option<u32>,
+) -> RequestOutcome {
     let request = client
         .post(endpoint_url(base_url, spec.api))
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -513,6 +529,13 @@ pub async fn send(
     }
 
     // Body.
+    let aborted = |rec: Recorder, n: u32, at: Instant| {
+        let msg = format!("the client went away after {n} content chunks, as asked");
+        rec.fail(ErrorKind::Aborted, msg, at)
+    };
+    if abort_after == Some(0) {
+        return aborted(rec, 0, Instant::now());
+    }
     let mut parser = SseParser::new();
     loop {
         let read = tokio::select! {
@@ -536,7 +559,13 @@ pub async fn send(
                     return rec.fail(ErrorKind::Malformed, e.to_string(), now);
                 }
                 match rec.end {
-                    None => {}
+                    None => {
+                        if let Some(n) = abort_after.filter(|&n| rec.content_chunks >= n) {
+                            // Returning drops the response: hyper closes a connection
+                            // whose body was not read to its end.
+                            return aborted(rec, n, now);
+                        }
+                    }
                     Some(End::Failed(ErrorKind::Malformed, ..)) => {
                         // A garbage stream: drop the connection rather than read on.
                         return rec.ended_by_event();

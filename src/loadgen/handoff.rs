@@ -1093,6 +1093,7 @@ mod tests {
             max_in_flight: None,
             progress: false,
             live_metrics: None,
+            cancel: None,
         }
     }
 

@@ -190,9 +190,13 @@ impl LiveMetrics {
     }
 
     /// Counts a completed request: `ok` or `error` for its class, and SLO met for a success
-    /// within both cutoffs. A class index the gate does not name gets its series under the
+    /// within both cutoffs (a request the client aborted on purpose is neither). A class index the gate does not name gets its series under the
     /// index as its name (as the offline store names it) and never meets its SLO.
     pub fn observe(&self, r: &RequestRecord) {
+        if r.aborted() {
+            // Cancelled by the client on purpose: the server neither served nor failed it.
+            return;
+        }
         let unknown;
         let c = match self.classes.get(r.class) {
             Some(c) => c,

@@ -101,11 +101,14 @@ pub enum ErrorKind {
     Cancelled,
     /// A 200 response with no generated token at all.
     Empty,
+    /// The client went away on purpose mid-stream (a failure test's request
+    /// cancellation): neither a success nor a failure of the server.
+    Aborted,
 }
 
 impl ErrorKind {
     /// Every kind.
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 10] = [
         ErrorKind::Connect,
         ErrorKind::HttpStatus,
         ErrorKind::StreamError,
@@ -115,6 +118,7 @@ impl ErrorKind {
         ErrorKind::Timeout,
         ErrorKind::Cancelled,
         ErrorKind::Empty,
+        ErrorKind::Aborted,
     ];
 
     /// The value written in the `status` column of `requests.csv`.
@@ -129,6 +133,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Empty => "empty",
+            ErrorKind::Aborted => "aborted",
         }
     }
 }

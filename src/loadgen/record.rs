@@ -125,6 +125,12 @@ impl RequestRecord {
         self.status == "ok"
     }
 
+    /// True for a request the client cancelled on purpose (a failure test's
+    /// `RequestCancel`): neither a success nor a failure of the server.
+    pub fn aborted(&self) -> bool {
+        self.status == super::ErrorKind::Aborted.as_str()
+    }
+
     /// Scheduled-to-actual send lag (ms).
     pub fn schedule_lag_ms(&self) -> f64 {
         ((self.sent_s - self.scheduled_s) * 1e3).max(0.0)

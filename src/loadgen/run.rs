@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use super::client::send;
+use super::client::{send, send_or_abort};
 use super::live_metrics::{Due, LiveMetrics};
 use super::prompt::{CacheMode, PromptMethod, build_prompt};
 use super::record::RequestRecord;
@@ -80,6 +80,41 @@ pub struct LoadConfig {
     /// Live client metrics to update as each request is sent and completes (warmup
     /// included), served by `goodput loadgen --metrics-addr`; `None`: none kept.
     pub live_metrics: Option<Arc<LiveMetrics>>,
+    /// Requests the client cancels mid-stream (a failure test's `RequestCancel`); `None`:
+    /// none.
+    pub cancel: Option<CancelPlan>,
+}
+
+/// Which requests the client cancels on purpose, and when: of the requests scheduled in
+/// `[from_s, to_s)` (seconds since the schedule's time zero), a `fraction` drawn from the
+/// request index and the seed, each after `after_chunks` content chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelPlan {
+    /// Start of the cancellation (scheduled time, s).
+    pub from_s: f64,
+    /// Its end (s).
+    pub to_s: f64,
+    /// Fraction of the requests scheduled in it that are cancelled.
+    pub fraction: f64,
+    /// Content chunks a cancelled request receives first (0: none, the client goes away
+    /// as soon as the response headers arrive).
+    pub after_chunks: u32,
+}
+
+impl CancelPlan {
+    /// `Some(after_chunks)` when the request `index` scheduled at `at_s` is one to cancel:
+    /// the same requests on every run and shard with the same `seed`.
+    pub fn abort_after(&self, seed: u64, index: u64, at_s: f64) -> Option<u32> {
+        use crate::workload::hashing::{GOLDEN_GAMMA, mix64, splitmix64};
+        if !(at_s >= self.from_s && at_s < self.to_s) {
+            return None;
+        }
+        let draw = mix64(splitmix64(seed ^ 0xCA9C_E11E) ^ index.wrapping_mul(GOLDEN_GAMMA));
+        // The top 53 bits as a uniform number in [0, 1).
+        let u = (draw >> 11) as f64 / (1u64 << 53) as f64;
+        (u < self.fraction).then_some(self.after_chunks)
+    }
 }
 
 impl LoadConfig {
@@ -120,12 +155,13 @@ impl LoadConfig {
             max_in_flight: None,
             progress: false,
             live_metrics: None,
+            cancel: None,
         }
     }
 
     /// This configuration for an engine that runs `k` times faster than real time: the
-    /// open-loop rate × `k` (closed loop: its duration ÷ `k`), the warmup and the request
-    /// and stall timeouts ÷ `k`. The connect timeout stays: it is the network's, not the
+    /// open-loop rate × `k` (closed loop: its duration ÷ `k`), the warmup, the
+    /// cancellation window and the request and stall timeouts ÷ `k`. The connect timeout stays: it is the network's, not the
     /// engine's. `k = 1` gives the configuration unchanged.
     ///
     /// With [`PointPlan::time_scaled`](super::point::PointPlan::time_scaled) and
@@ -148,6 +184,11 @@ impl LoadConfig {
                 },
             },
             warmup_s: self.warmup_s / k,
+            cancel: self.cancel.map(|c| CancelPlan {
+                from_s: c.from_s / k,
+                to_s: c.to_s / k,
+                ..c
+            }),
             timeouts: Timeouts {
                 request: self.timeouts.request.div_f64(k),
                 stall: self.timeouts.stall.div_f64(k),
@@ -309,8 +350,18 @@ impl Shared {
             (None, Some(m)) => m.sent(started, started),
             (None, None) => {}
         }
+        let abort_after = self
+            .config
+            .cancel
+            .and_then(|c| c.abort_after(self.config.seed, r.index, r.at_s));
         let outcome = tokio::select! {
-            o = send(&self.client, &self.config.target, &spec, &self.config.timeouts) => o,
+            o = send_or_abort(
+                &self.client,
+                &self.config.target,
+                &spec,
+                &self.config.timeouts,
+                abort_after,
+            ) => o,
             _ = stop.wait_for(|s| *s) => cancelled(started),
         };
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -644,5 +695,67 @@ fn finish(
         records: measured,
         client,
         start: shared.start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_plan_picks_its_fraction_of_the_window_the_same_way_every_time() {
+        let plan = CancelPlan {
+            from_s: 10.0,
+            to_s: 20.0,
+            fraction: 0.25,
+            after_chunks: 8,
+        };
+        let picked: Vec<u64> = (0..4000)
+            .filter(|&i| plan.abort_after(7, i, 15.0).is_some())
+            .collect();
+        // 1000 expected; a binomial's sd is about 27.
+        assert!((880..=1120).contains(&picked.len()), "{}", picked.len());
+        assert_eq!(plan.abort_after(7, picked[0], 15.0), Some(8));
+        let again: Vec<u64> = (0..4000)
+            .filter(|&i| plan.abort_after(7, i, 19.9).is_some())
+            .collect();
+        assert_eq!(picked, again, "the draw depends on the index and seed only");
+        let other_seed = (0..4000)
+            .filter(|&i| plan.abort_after(8, i, 15.0).is_some())
+            .count();
+        assert!(other_seed > 0);
+        assert_ne!(
+            picked,
+            (0..4000)
+                .filter(|&i| plan.abort_after(8, i, 15.0).is_some())
+                .collect::<Vec<_>>()
+        );
+        // Outside [from, to): never.
+        assert!((0..4000).all(|i| plan.abort_after(7, i, 9.99).is_none()));
+        assert!((0..4000).all(|i| plan.abort_after(7, i, 20.0).is_none()));
+        let all = CancelPlan {
+            fraction: 1.0,
+            ..plan
+        };
+        assert!((0..100).all(|i| all.abort_after(7, i, 10.0) == Some(8)));
+    }
+
+    #[test]
+    fn time_scaling_moves_the_cancel_window() {
+        let mut config = LoadConfig::for_manifest(
+            &crate::workload::seed_manifest(),
+            "http://127.0.0.1:1".into(),
+            "m".into(),
+            LoadMode::Rate { rate: 2.0 },
+        );
+        config.cancel = Some(CancelPlan {
+            from_s: 10.0,
+            to_s: 40.0,
+            fraction: 0.5,
+            after_chunks: 3,
+        });
+        let scaled = config.time_scaled(5.0).cancel.expect("kept");
+        assert_eq!((scaled.from_s, scaled.to_s), (2.0, 8.0));
+        assert_eq!((scaled.fraction, scaled.after_chunks), (0.5, 3));
     }
 }

@@ -30,9 +30,8 @@ use crate::api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, condit
 use crate::bench::driver::{self, PointKey, SweepPlan};
 use crate::bench::point_job::{FailureLoad, PointJob};
 use crate::controller::target::ResolvedTarget;
-use crate::engine_metrics::profile::Concept;
-use crate::engine_metrics::series::{Across, Coverage};
-use crate::failure::{FailureReport, FailureVerdict, Observed, Signals, analyze};
+use crate::failure::local::cancel_plan;
+use crate::failure::{EngineFacts, FailureReport, FailureVerdict, Observed, Signals, analyze};
 use crate::loadgen::record::{RequestRecord, read_records};
 use crate::workload::WorkloadManifest;
 
@@ -192,7 +191,7 @@ impl Run<'_> {
                     }
                 })
             }
-            Some(_) if current.victim.is_none() && now >= current.inject_at_unix_ms => {
+            Some(_) if current.injected_unix_ms.is_none() && now >= current.inject_at_unix_ms => {
                 match self.inject(&mut current, &fault).await? {
                     Ok(()) => None,
                     Err(why) => {
@@ -206,11 +205,11 @@ impl Run<'_> {
         };
         if let Some(outcome) = ended {
             let label = format!(
-                "failure test {} of {} ({} on replica {})",
+                "failure test {} of {} ({} on {})",
                 current.fault + 1,
                 test.faults.len(),
                 fault.kind,
-                fault.replica
+                fault.hits()
             );
             match outcome {
                 Ok(report) => {
@@ -245,11 +244,16 @@ impl Run<'_> {
             return Ok(Some(Action::requeue(Duration::from_millis(100))));
         }
 
-        if current.victim.is_none() {
+        if current.injected_unix_ms.is_none() {
             // The fault is not due yet.
             return Ok(Some(Action::requeue(after_ms(
                 current.inject_at_unix_ms - now,
             ))));
+        }
+        if fault.kind == FaultKind::RequestCancel {
+            // The load's own clients cancel: nothing to watch until its Job ends.
+            st.current = Some(current);
+            return Ok(Some(Action::requeue(AFTER_POLL)));
         }
         let seen = self.service_endpoints().await?;
         observe(&mut current, &seen, unix_ms());
@@ -303,6 +307,7 @@ impl Run<'_> {
             failure: Some(FailureLoad {
                 steady_seconds: test.steady_seconds,
                 observe_seconds: test.observe_seconds,
+                cancel: cancel_plan(&fault, manifest.client.warmup_seconds + test.steady_seconds),
             }),
         };
         let json = serde_json::to_string(&point).map_err(Error::Encode)?;
@@ -323,12 +328,12 @@ impl Run<'_> {
         let inject_after_ms =
             ((manifest.client.warmup_seconds + test.steady_seconds) / k * 1000.0).round() as i64;
         let message = format!(
-            "failure test {} of {}: {} on replica {} at {rate} RPS (Job {job_name}); the \
-             fault goes in {:.1} s after the load starts",
+            "failure test {} of {}: {} on {} at {rate} RPS (Job {job_name}); the fault \
+             goes in {:.1} s after the load starts",
             index + 1,
             test.faults.len(),
             fault.kind,
-            fault.replica,
+            fault.hits(),
             inject_after_ms as f64 / 1000.0
         );
         self.condition(
@@ -372,18 +377,38 @@ impl Run<'_> {
         Ok(endpoints(&list.items))
     }
 
-    /// Deletes the fault's pod (no grace period: a crash), once the load runs. `Ok(Err)`:
+    /// Deletes the fault's pod (no grace period: a crash), once the load runs; for a
+    /// request cancellation, notes that the load's clients have begun to cancel. `Ok(Err)`:
     /// why the fault could not go in.
     async fn inject(
         &self,
         current: &mut CurrentFault,
         fault: &crate::api::Fault,
     ) -> Result<Result<(), String>, Error> {
-        if fault.kind != FaultKind::KillReplica {
-            return Ok(Err(format!(
-                "{} cannot be injected in a cluster; run it with goodput bench",
-                fault.kind
-            )));
+        match fault.kind {
+            FaultKind::KillReplica => {}
+            FaultKind::RequestCancel => {
+                // The Job's clients cancel on the load's timeline from the moment due.
+                current.injected_unix_ms = Some(current.inject_at_unix_ms);
+                self.event(
+                    EventType::Normal,
+                    reasons::FAULT_INJECTED,
+                    &format!(
+                        "The load's clients cancel {:.0}% of their requests from now \
+                         ({})",
+                        fault.cancel().0 * 100.0,
+                        fault.kind
+                    ),
+                )
+                .await;
+                return Ok(Ok(()));
+            }
+            _ => {
+                return Ok(Err(format!(
+                    "{} cannot be injected in a cluster; run it with goodput bench",
+                    fault.kind
+                )));
+            }
         }
         let seen = self.service_endpoints().await?;
         let Some((pod, address)) = seen.ready.get(fault.replica as usize).cloned() else {
@@ -475,12 +500,15 @@ impl Run<'_> {
         let Some(injected_ms) = current.injected_unix_ms else {
             return Ok(Err("the fault never went in".into()));
         };
-        let injected_s = model(injected_ms);
+        let cancel = cancel_plan(fault, manifest.client.warmup_seconds + test.steady_seconds);
+        // A cancellation runs on the load's own timeline: its window is the plan's.
+        let injected_s = cancel.map_or_else(|| model(injected_ms), |c| c.from_s);
         let series = merged.engine_series.as_ref();
         let victim_target = current.victim_address.as_ref().and_then(|a| {
             let host = format!("//{a}:");
             series?.targets.iter().position(|t| t.contains(&host))
         });
+        let engine = EngineFacts::of(series, injected_s);
         let signals = Signals {
             readiness_failed_s: current.readiness_failed_unix_ms.map(model),
             metrics_gone_s: victim_target
@@ -489,27 +517,32 @@ impl Run<'_> {
             routed_after_removal: None,
             serving_again_s: current.serving_again_unix_ms.map(model),
             router_received: None,
-            engine_finished: series.and_then(|s| s.counter_delta(Concept::RequestSuccess)),
+            engine_finished: engine.finished,
+            engine_aborted: engine.aborted,
+            engine_abort_seen_s: engine.abort_seen_s,
         };
-        let queue = series.map_or_else(Vec::new, |s| {
-            s.concept_series(Concept::QueueWaiting, Across::Sum, Coverage::Answered)
-        });
         let end_s = records.iter().map(|r| r.ended_s).fold(injected_s, f64::max);
         let gate = manifest.gate_config();
         let alerts =
             crate::failure::local::alerts(series, &records, end_s, &gate).unwrap_or_default();
         let report = analyze(&Observed {
             kind: fault.kind,
-            replica: format!("pod {}", current.victim.as_deref().unwrap_or("(none)")),
+            replica: match &current.victim {
+                Some(pod) => format!("pod {pod}"),
+                None => "every replica".to_owned(),
+            },
             rate_rps: merged.summary.offered_rps.unwrap_or(0.0),
             replicas: current.ready_before.unwrap_or(0),
             injected_s,
-            lifted_s: None,
+            lifted_s: cancel.map(|c| c.to_s.min(end_s)),
             end_s,
             records: &records,
             // The merge sums the shards' counts.
             warmup_sent: client.sent.saturating_sub(records.len() as u64),
-            queue: &queue,
+            queue: &engine.queue,
+            running: &engine.running,
+            kv_usage: &engine.kv_usage,
+            cancel,
             signals,
             alerts,
             gate: &gate,

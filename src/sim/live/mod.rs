@@ -118,6 +118,10 @@ pub struct ReplicaConfig {
     /// Benchmark instrumentation: record how late token frames reach the HTTP layer
     /// (`GET /debug/lateness`). Off by default; when off it costs nothing.
     pub record_lateness: bool,
+    /// Abort a request in the engine when its client goes away (as vLLM and SGLang do).
+    /// Off: the engine keeps generating for nobody until the request's end, a leak a
+    /// request-cancellation failure test must catch.
+    pub abort_on_disconnect: bool,
 }
 
 impl ReplicaConfig {
@@ -131,6 +135,7 @@ impl ReplicaConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             seed: 0,
             record_lateness: false,
+            abort_on_disconnect: true,
         }
     }
 

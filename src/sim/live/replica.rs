@@ -723,7 +723,8 @@ impl Replica {
                 link,
                 inner: self.inner.clone(),
                 key,
-                armed: true,
+                // A server that ignores disconnects never cancels on the client's behalf.
+                armed: self.inner.config.abort_on_disconnect,
             },
         })
     }
