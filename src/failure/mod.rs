@@ -729,11 +729,7 @@ fn cancellation(
 
 fn queue_facts(o: &Observed<'_>, start_s: f64) -> QueueFacts {
     let q = o.queue;
-    let baseline = mean(
-        q.iter()
-            .filter(|(t, _)| *t >= start_s && *t < o.injected_s)
-            .map(|s| s.1),
-    );
+    let baseline = mean_over(q, start_s, o.injected_s);
     let after: Vec<(f64, f64)> = q
         .iter()
         .copied()

@@ -106,14 +106,11 @@ impl CancelPlan {
     /// `Some(after_chunks)` when the request `index` scheduled at `at_s` is one to cancel:
     /// the same requests on every run and shard with the same `seed`.
     pub fn abort_after(&self, seed: u64, index: u64, at_s: f64) -> Option<u32> {
-        use crate::workload::hashing::{GOLDEN_GAMMA, mix64, splitmix64};
-        if !(at_s >= self.from_s && at_s < self.to_s) {
-            return None;
-        }
-        let draw = mix64(splitmix64(seed ^ 0xCA9C_E11E) ^ index.wrapping_mul(GOLDEN_GAMMA));
-        // The top 53 bits as a uniform number in [0, 1).
-        let u = (draw >> 11) as f64 / (1u64 << 53) as f64;
-        (u < self.fraction).then_some(self.after_chunks)
+        /// Keeps these draws apart from any other drawn from the same seed and index.
+        const SALT_CANCEL: u64 = 0xCA9C_E11E;
+        let inside = at_s >= self.from_s && at_s < self.to_s;
+        (inside && crate::workload::hashing::unit(seed, index, SALT_CANCEL) < self.fraction)
+            .then_some(self.after_chunks)
     }
 }
 

@@ -17,6 +17,12 @@ pub fn splitmix64(z: u64) -> u64 {
     mix64(z.wrapping_add(GOLDEN_GAMMA))
 }
 
+/// A deterministic uniform draw in `[0, 1)` from `(seed, key, salt)`: the top 53 bits of
+/// a SplitMix64 chain (per-request fault and cancellation draws).
+pub fn unit(seed: u64, key: u64, salt: u64) -> f64 {
+    (splitmix64(seed ^ splitmix64(key ^ splitmix64(salt))) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// FNV-1a's starting value.
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 

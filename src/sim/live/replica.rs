@@ -26,10 +26,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) use crate::workload::hashing::splitmix64 as mix;
 
-/// A deterministic uniform draw in `[0, 1)` from `(seed, key, salt)`.
-pub(crate) fn unit(seed: u64, key: u64, salt: u64) -> f64 {
-    (mix(seed ^ mix(key ^ mix(salt))) >> 11) as f64 / (1u64 << 53) as f64
-}
+pub(crate) use crate::workload::hashing::unit;
 
 // ---------------------------------------------------------------------------------------
 // Faults
