@@ -1560,8 +1560,7 @@ struct BenchArgs {
 /// Lints the benchmark (refusing it on any error), runs it, writes the pack and prints the
 /// one-screen summary.
 fn bench(args: BenchArgs) -> Result<ExitCode> {
-    let loaded =
-        goodput::api::load_benchmark(&args.file).map_err(|e| anyhow::anyhow!(e.message()))?;
+    let loaded = goodput::api::load_benchmark(&args.file).map_err(|e| anyhow::anyhow!("{e}"))?;
     for finding in &loaded.findings {
         eprintln!("{}: {finding}", args.file.display());
     }

@@ -12,6 +12,7 @@
 //! sees them, so reports, gates and verdicts are in real-time units.
 
 pub mod driver;
+pub mod fidelity;
 pub mod point_job;
 pub mod result;
 pub mod sweep;
@@ -33,7 +34,7 @@ use crate::loadgen::point::{
 };
 use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::fleet::{FleetConfig, start_fleet};
-use crate::sim::live::ReplicaConfig;
+use crate::sim::live::{Replica, ReplicaConfig};
 use crate::sim::router::RouterConfig;
 use crate::workload::{Resolved, WorkloadManifest};
 use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
@@ -285,6 +286,15 @@ impl Runner<'_> {
         warnings: &mut Vec<String>,
     ) -> Result<ModeResult, BenchError> {
         let gate = self.manifest.gate_config();
+        let k = self.target.time_scale;
+        for p in points.iter().filter(|p| p.valid) {
+            if let Some(finding) = p.engine_lateness.and_then(|l| l.finding(k)) {
+                warnings.push(format!(
+                    "{cache} {} RPS repeat {}: {finding}",
+                    p.offered_rps, p.repeat
+                ));
+            }
+        }
         for p in points.iter().filter(|p| !p.valid) {
             warnings.push(format!(
                 "{cache} {} RPS repeat {}: not evidence ({}); left out of the capacity",
@@ -444,7 +454,7 @@ impl Runner<'_> {
         let dir = point_job::point_dir(key, self.spec.repeats.max(1));
         self.bar
             .set_message(format!("{cache} saturation: {concurrency} in flight"));
-        let summary = self.point(key, &dir).await?;
+        let (summary, _lateness) = self.point(key, &dir).await?;
         self.bar.inc(1);
         let r = &summary.report;
         let first = self
@@ -483,7 +493,7 @@ impl Runner<'_> {
                 String::new()
             }
         ));
-        let summary = self.point(key, &dir).await?;
+        let (summary, engine_lateness) = self.point(key, &dir).await?;
         self.bar.inc(1);
         write_json(
             &self.out.join(&dir).join("slo-report.json"),
@@ -500,12 +510,19 @@ impl Runner<'_> {
             engine_findings: summary.engine_findings.clone(),
             littles_law: summary.littles_law,
             schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
+            engine_lateness,
             report: summary.report,
         })
     }
 
     /// Runs one point on the run's clock, converts it to model time and writes its files.
-    async fn point(&self, key: PointKey, dir: &str) -> Result<PointSummaryFile, BenchError> {
+    /// Returns the summary and, on the simulated engine, its frame lateness over the point
+    /// (a point over the bound is marked not evidence in its summary).
+    async fn point(
+        &self,
+        key: PointKey,
+        dir: &str,
+    ) -> Result<(PointSummaryFile, Option<fidelity::EngineLateness>), BenchError> {
         let k = self.target.time_scale;
         let target = PointTarget {
             url: self.target.facts.url.clone(),
@@ -521,6 +538,14 @@ impl Runner<'_> {
         // forms, and the measured point is rescaled to real time below.
         let scaled = real.time_scaled(k);
         let scaled_plan = real_plan.time_scaled(k);
+        let replicas = self
+            .target
+            .fleet
+            .as_ref()
+            .map_or(&[][..], |f| &f.replicas[..]);
+        for r in replicas {
+            r.reset_lateness();
+        }
         let mut measured: MeasuredPoint = measure_point(
             self.client.clone(),
             &scaled,
@@ -544,10 +569,22 @@ impl Runner<'_> {
         {
             slot.get_or_insert_with(|| found.clone());
         }
+        let frames: Vec<_> = replicas
+            .iter()
+            .filter_map(|r| r.lateness().map(|(frames, _steps)| frames))
+            .collect();
+        let lateness = fidelity::tightest_ttft_cutoff_ms(&real_plan.gate)
+            .and_then(|cutoff| fidelity::EngineLateness::of(&frames, k, cutoff));
         measured.rescale(k);
-        let summary = measured.summarize(&real, &real_plan)?;
+        let mut summary = measured.summarize(&real, &real_plan)?;
+        if let Some(l) = lateness.filter(fidelity::EngineLateness::refuses)
+            && let Some(reason) = l.finding(k)
+        {
+            summary.validity.valid = false;
+            summary.validity.reasons.push(reason);
+        }
         measured.write(&summary, &real_plan, &self.out.join(dir))?;
-        Ok(summary)
+        Ok((summary, lateness))
     }
 }
 
@@ -580,6 +617,8 @@ pub async fn prometheus_series(
 /// does not delay the load generator's sends (which would show as schedule lag).
 struct SimulatedEngine {
     url: String,
+    /// The replicas' handles, for their frame lateness.
+    replicas: Vec<Replica>,
     stop: tokio::sync::oneshot::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -606,7 +645,9 @@ impl SimulatedEngine {
                 runtime.block_on(async move {
                     match start_fleet(config).await {
                         Ok(fleet) => {
-                            let _ = ready_tx.send(Ok(fleet.router_url()));
+                            let replicas =
+                                fleet.replicas.iter().map(|r| r.replica().clone()).collect();
+                            let _ = ready_tx.send(Ok((fleet.router_url(), replicas)));
                             let _ = stop_rx.await;
                             fleet.shutdown().await;
                         }
@@ -617,11 +658,16 @@ impl SimulatedEngine {
                 });
             })
             .map_err(|e| BenchError::Simulated(e.to_string()))?;
-        let url = ready_rx
+        let (url, replicas) = ready_rx
             .await
             .map_err(|_| BenchError::Simulated("the engine thread ended early".into()))?
             .map_err(BenchError::Simulated)?;
-        Ok(SimulatedEngine { url, stop, thread })
+        Ok(SimulatedEngine {
+            url,
+            replicas,
+            stop,
+            thread,
+        })
     }
 
     async fn shutdown(self) {
@@ -686,6 +732,8 @@ async fn start_target(
         replica: ReplicaConfig {
             time_scale: k,
             stream_interval: sim.stream_interval.max(1),
+            // Every point states how far the engine drifted from its model clock.
+            record_lateness: true,
             ..ReplicaConfig::new(setup)
         },
         replicas: sim.replicas.max(1),

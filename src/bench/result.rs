@@ -125,6 +125,10 @@ pub struct PointResult {
     pub littles_law: Option<LittlesLaw>,
     /// Client schedule lag P99 (ms, on the run's own clock).
     pub schedule_lag_p99_ms: f64,
+    /// The simulated engine's frame lateness over the point (model time); `None` for a
+    /// server under test that is not the in-process simulated engine.
+    #[serde(default)]
+    pub engine_lateness: Option<super::fidelity::EngineLateness>,
 }
 
 /// The saturation (closed-loop) experiment: throughput and latency per concurrency.

@@ -1218,6 +1218,7 @@ mod tests {
                 shard: format!("{shard}/{shards}"),
                 hash: "00000000000000ab".into(),
                 continuations: 0,
+                block_reasons: Vec::new(),
             },
             started_unix_s: 1.0e9,
         };

@@ -10,7 +10,10 @@ use tokio::sync::watch;
 
 use super::prompt::{CacheMode, PromptMethod};
 use super::record::write_requests_csv;
-use super::run::{ClientFacts, LoadConfig, LoadMode, PointRun, prewarm, run_point, run_point_from};
+use super::run::{
+    ClientFacts, LoadConfig, LoadMode, PointRun, open_loop_window_s, prewarm, run_point,
+    run_point_from,
+};
 use crate::analysis::{
     AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
     queue_slope,
@@ -107,16 +110,22 @@ impl PointPlan {
     }
 }
 
-/// The schedule, continued block by block until, from `warmup_s` on, it spans
-/// `min_duration_s` and schedules at least `min_per_class` requests of every class.
+/// The schedule, continued block by block until its measured window (from `warmup_s` on)
+/// covers `min_duration_s` and it schedules at least `min_per_class` requests of every
+/// class. Returns the schedule, its blocks and why each block after the first was added.
+///
+/// The window is measured as the analysis measures it ([`open_loop_window_s`]): n arrivals
+/// at rate r cover n / r seconds, so 15,000 arrivals at 1,000 req/s fill a 15 s minimum
+/// although the last arrives one gap before 15 s.
 pub fn point_schedule(
     plan: &PointPlan,
     rate: f64,
     warmup_s: f64,
-) -> Result<(Vec<ScheduledRequest>, u64), ScheduleError> {
+) -> Result<(Vec<ScheduledRequest>, u64, Vec<String>), ScheduleError> {
     let classes = plan.schedule.classes.len();
     let mut out: Vec<ScheduledRequest> = Vec::new();
     let mut blocks = 0;
+    let mut reasons = Vec::new();
     loop {
         let start = out.last().map_or(0.0, |r| r.at_s);
         out.extend(build_block(
@@ -128,12 +137,34 @@ pub fn point_schedule(
         )?);
         blocks += 1;
         let measured = || out.iter().filter(|r| r.at_s >= warmup_s);
-        let span = out.last().map_or(0.0, |r| r.at_s) - warmup_s;
-        let enough_classes = (0..classes)
-            .all(|c| measured().filter(|r| r.class == c).count() as u64 >= plan.min_per_class);
-        if (span >= plan.min_duration_s && enough_classes) || blocks >= plan.max_blocks.max(1) {
-            return Ok((out, blocks));
+        let window_s = match (measured().next(), out.last()) {
+            (Some(first), Some(last)) => open_loop_window_s(rate, first.at_s, last.at_s),
+            _ => 0.0,
+        };
+        // Arrival times are sums of gaps: allow their rounding, not a real shortfall.
+        let short_window = window_s < plan.min_duration_s * (1.0 - 1e-9);
+        let short_class = (0..classes).find_map(|c| {
+            let n = measured().filter(|r| r.class == c).count() as u64;
+            (n < plan.min_per_class).then_some((c, n))
+        });
+        if (!short_window && short_class.is_none()) || blocks >= plan.max_blocks.max(1) {
+            return Ok((out, blocks, reasons));
         }
+        reasons.push(if short_window {
+            format!(
+                "block {}: the measured window was {window_s:.3} s, under the minimum of {} s",
+                blocks + 1,
+                plan.min_duration_s
+            )
+        } else {
+            let (c, n) = short_class.unwrap_or_default();
+            format!(
+                "block {}: class {} had {n} measured requests, under the minimum of {}",
+                blocks + 1,
+                plan.schedule.classes[c].name,
+                plan.min_per_class
+            )
+        });
     }
 }
 
@@ -200,6 +231,11 @@ pub struct ScheduleFacts {
     /// Blocks appended after the run because failures left a class under the sample
     /// minimum (each sent after the previous part drained).
     pub continuations: u64,
+    /// Why each block after the first was added, in order: a measured window or a class
+    /// sample under its minimum when the schedule was built, or failures that left a class
+    /// short after the run.
+    #[serde(default)]
+    pub block_reasons: Vec<String>,
 }
 
 /// Engine scraping facts.
@@ -279,8 +315,8 @@ pub async fn measure_point(
         LoadMode::Concurrency { .. } => (1.0, 0.0),
     };
     let closed = matches!(config.mode, LoadMode::Concurrency { .. });
-    let (whole, blocks) = if closed {
-        (build_block(&plan.schedule, 1.0, 0, 0.0, 0)?, 1)
+    let (whole, blocks, mut block_reasons) = if closed {
+        (build_block(&plan.schedule, 1.0, 0, 0.0, 0)?, 1, Vec::new())
     } else {
         point_schedule(plan, rate, warmup_s)?
     };
@@ -326,12 +362,17 @@ pub async fn measure_point(
     let mut continued = 0;
     let mut next_index = whole.len() as u64;
     let mut last_at = whole.last().map_or(0.0, |r| r.at_s);
-    while !closed
-        && plan.shard.1 <= 1
-        && !run.client.incomplete
-        && blocks < plan.max_blocks
-        && short_classes(plan, &run).is_some()
-    {
+    while !closed && plan.shard.1 <= 1 && !run.client.incomplete && blocks < plan.max_blocks {
+        let Some(c) = short_class(plan, &run) else {
+            break;
+        };
+        block_reasons.push(format!(
+            "block {}: failures left class {} with {} successes, under the minimum of {}; sent after the run",
+            blocks + 1,
+            plan.schedule.classes[c].name,
+            successes(&run, c),
+            plan.min_per_class
+        ));
         let next = build_block(&plan.schedule, rate, blocks, last_at, next_index)?;
         next_index += next.len() as u64;
         blocks += 1;
@@ -373,6 +414,7 @@ pub async fn measure_point(
             shard: format!("{}/{}", plan.shard.0, plan.shard.1),
             hash: format!("{hash:016x}"),
             continuations: continued,
+            block_reasons,
         },
         started_unix_s,
     })
@@ -503,15 +545,16 @@ impl MeasuredPoint {
 }
 
 /// The first class with fewer successes than the sample minimum, if any.
-fn short_classes(plan: &PointPlan, run: &PointRun) -> Option<usize> {
-    (0..plan.schedule.classes.len()).find(|&c| {
-        let ok = run
-            .records
-            .iter()
-            .filter(|r| r.class == c && r.ok())
-            .count() as u64;
-        ok < plan.min_per_class
-    })
+fn short_class(plan: &PointPlan, run: &PointRun) -> Option<usize> {
+    (0..plan.schedule.classes.len()).find(|&c| successes(run, c) < plan.min_per_class)
+}
+
+/// Successful measured requests of class `c`.
+fn successes(run: &PointRun, c: usize) -> u64 {
+    run.records
+        .iter()
+        .filter(|r| r.class == c && r.ok())
+        .count() as u64
 }
 
 /// Appends a continuation run (started `offset` s after the first) to `run`.
@@ -869,6 +912,41 @@ mod tests {
             record_itl: false,
             start_at_unix_s: Some(1.0e9),
         }
+    }
+
+    #[test]
+    fn a_block_that_fills_the_window_is_not_continued() {
+        let mut p = plan(Arrival::Constant);
+        p.schedule.requests = 15_000;
+        p.min_duration_s = 15.0;
+        p.min_per_class = 1;
+        // 15,000 arrivals at 1,000 req/s cover 15 s: one block, nothing to explain.
+        let (out, blocks, reasons) = point_schedule(&p, 1_000.0, 0.0).expect("schedule");
+        assert_eq!((out.len(), blocks), (15_000, 1));
+        assert!(reasons.is_empty(), "{reasons:?}");
+        // A window really short by a second gets a second block, and says why.
+        p.min_duration_s = 16.0;
+        let (out, blocks, reasons) = point_schedule(&p, 1_000.0, 0.0).expect("schedule");
+        assert_eq!((out.len(), blocks), (30_000, 2));
+        assert_eq!(reasons.len(), 1);
+        assert!(
+            reasons[0].starts_with("block 2: the measured window was 15.000 s"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn a_short_class_sample_continues_the_schedule_and_says_so() {
+        let mut p = plan(Arrival::Constant);
+        p.min_duration_s = 0.0;
+        p.min_per_class = 25;
+        let (out, blocks, reasons) = point_schedule(&p, 10.0, 0.0).expect("schedule");
+        assert_eq!((out.len(), blocks), (30, 3));
+        assert_eq!(reasons.len(), 2);
+        assert!(
+            reasons[1].contains("class chat had 20 measured requests, under the minimum of 25"),
+            "{reasons:?}"
+        );
     }
 
     #[test]

@@ -204,6 +204,23 @@ pub fn open_loop_window_s(rate: f64, first_s: f64, last_s: f64) -> f64 {
     (last_s - first_s) + 1.0 / rate
 }
 
+/// The measured window of a closed-loop run (s): from its first measured send to the end
+/// of its last measured request. Workers stop sending at the nominal duration, but what is
+/// in flight then finishes later: its tokens divided by the nominal duration would be more
+/// than the server delivered in that time (129% of a fixed-latency server's ceiling for a
+/// 3-second run at concurrency 100). Every throughput figure divides by this span.
+pub fn closed_loop_window_s(measured: &[RequestRecord]) -> f64 {
+    let first = measured
+        .iter()
+        .map(|r| r.sent_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = measured
+        .iter()
+        .map(|r| r.ended_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if last > first { last - first } else { 0.0 }
+}
+
 /// What the client itself saw while running the point.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientFacts {
@@ -217,7 +234,9 @@ pub struct ClientFacts {
     pub peak_in_flight: usize,
     /// Scheduled-to-sent lag (ms): p50, p99, max over measured requests.
     pub schedule_lag_ms: LagFigures,
-    /// Measured window (s): from its first scheduled send to its last.
+    /// Measured window (s). Open loop: its first scheduled send to its last plus one mean
+    /// gap ([`open_loop_window_s`]); closed loop: its first send to its last end
+    /// ([`closed_loop_window_s`]).
     pub window_s: f64,
     /// Successes whose server usage and counted chunks disagree.
     pub tokens_mismatches: u64,
@@ -675,7 +694,7 @@ fn finish(
                 open_loop_window_s(rate, first, last)
             }
         }
-        LoadMode::Concurrency { duration_s, .. } => (duration_s - cfg.warmup_s).max(0.0),
+        LoadMode::Concurrency { .. } => closed_loop_window_s(&measured),
     };
     let mut client = ClientFacts {
         sent: shared.sent.load(Ordering::Relaxed),

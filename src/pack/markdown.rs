@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::figures::{MISSING, mode_name, ms, opt_rate, pct, rate, tokens_per_s};
 use super::rows::{PointRow, first_class, point_rows, run_label};
 use crate::analysis::{GateConfig, Verdict};
+use crate::bench::fidelity::{EngineLateness, LATENESS_REFUSE_FRACTION, LATENESS_WARN_FRACTION};
 use crate::bench::result::{
     BenchResult, ModeResult, RateSpread, SaturationResult, Spread, TargetFacts,
 };
@@ -23,6 +24,7 @@ pub fn sweep_markdown(result: &BenchResult) -> String {
         repeats_sentence(result.repeats)
     );
     out.push_str(&target_section(&result.target, result.time_scale));
+    out.push_str(&lateness_section(result));
     out.push_str(&gate_section(&result.gate));
     if result.modes.is_empty() {
         out.push_str("No cache mode was run: there is no sweep to show.\n\n");
@@ -98,6 +100,36 @@ fn target_section(target: &TargetFacts, time_scale: f64) -> String {
     let _ = writeln!(out, "- GPUs per replica: {}", target.gpus_per_replica);
     let _ = writeln!(out, "- Time scale: {}\n", time_scale_words(time_scale));
     out
+}
+
+/// The simulated engine's worst frame lateness over the run, against its bound; empty when
+/// no point recorded one (a server under test that is not the simulated engine).
+fn lateness_section(result: &BenchResult) -> String {
+    let points = || result.modes.iter().flat_map(|m| &m.points);
+    let Some(worst) = points()
+        .filter_map(|p| p.engine_lateness)
+        .max_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms))
+    else {
+        return String::new();
+    };
+    let count = |f: fn(&EngineLateness) -> bool| {
+        points()
+            .filter(|p| p.engine_lateness.as_ref().is_some_and(f))
+            .count()
+    };
+    format!(
+        "Simulated engine fidelity: its token frames were at worst {:.2} ms late at P99 in \
+         model time. Over {:.1} ms ({}% of the tightest TTFT cutoff) a point's latencies \
+         carry the harness's own delay: {} point(s); over {:.1} ms ({}%) a point is not \
+         evidence: {} point(s).\n\n",
+        worst.p99_ms,
+        worst.warn_ms(),
+        LATENESS_WARN_FRACTION * 100.0,
+        count(EngineLateness::warns),
+        worst.refuse_ms(),
+        LATENESS_REFUSE_FRACTION * 100.0,
+        count(EngineLateness::refuses),
+    )
 }
 
 /// K in words.

@@ -145,6 +145,7 @@ fn point(mode: CacheModeName, rate: f64, repeat: u32, report: PointReport) -> Po
         }),
         littles_law: None,
         schedule_lag_p99_ms: 1.5,
+        engine_lateness: None,
     }
 }
 

@@ -11,7 +11,7 @@ use goodput::sim::{Setup, preset};
 use tokio::net::TcpListener;
 
 /// Tests of one binary that time the engine run one at a time.
-pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub use crate::SERIAL;
 
 /// The seed's Qwen2.5-7B / H100 setup.
 pub fn qwen() -> Setup {

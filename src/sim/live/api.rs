@@ -436,6 +436,8 @@ async fn generate(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    // A degraded link delivers the request `delay` late: it reaches the engine then.
+    let arrival = arrival + delay;
 
     let block_hashes = if config.setup.prefix_caching {
         block_hashes(&prompt.ids, config.setup.block_size)

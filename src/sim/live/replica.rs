@@ -205,6 +205,10 @@ impl Clock {
     fn engine_now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64() * self.scale
     }
+    /// Engine time corresponding to the wall instant `at` (0 before the epoch).
+    fn engine_at(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64() * self.scale
+    }
     /// Wall time of engine time `t`.
     fn wall(&self, t: f64) -> Instant {
         self.epoch + Duration::from_secs_f64((t / self.scale).max(0.0))
@@ -282,8 +286,14 @@ impl EngineLoop {
                 let Ok(cmd) = self.rx.recv() else {
                     return self.stop();
                 };
-                // The engine idled until now.
-                self.engine.advance_to(self.clock.engine_now());
+                // The engine idled until the request arrived: the time the server spent
+                // reading and tokenizing it is already part of its model time, not added
+                // to it (at time scale K every real millisecond would cost K).
+                let until = match &cmd {
+                    Command::Submit(s) => self.clock.engine_at(s.arrival),
+                    _ => self.clock.engine_now(),
+                };
+                self.engine.advance_to(until);
                 if !self.handle(cmd) {
                     return self.stop();
                 }

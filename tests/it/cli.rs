@@ -1,7 +1,6 @@
 //! The `goodput` binary end to end: `analyze` and `plan` as a user runs them.
 
-#[path = "support/synth.rs"]
-mod synth;
+use crate::synth;
 
 use std::path::Path;
 use std::process::{Command, Output};

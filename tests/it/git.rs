@@ -5,8 +5,7 @@
 //! SSH transport is covered only up to the connection (no sshd here): the key and
 //! known_hosts files are written and ssh is started with them.
 
-#[path = "support/git_remote.rs"]
-mod git_remote;
+use crate::git_remote;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

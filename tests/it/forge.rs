@@ -2,8 +2,7 @@
 //! pull-request life cycle, "already exists", human closes and merges, rate limits, errors,
 //! labels/reviewers/assignees, and GitHub App tokens.
 
-#[path = "support/forge_stub.rs"]
-mod forge_stub;
+use crate::forge_stub;
 
 use std::process::Command;
 use std::sync::OnceLock;

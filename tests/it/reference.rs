@@ -2,8 +2,7 @@
 //! (`benches/reference/analyze_slo.py`): on the same rows, every field the reference
 //! writes must come out the same.
 
-#[path = "support/synth.rs"]
-mod synth;
+use crate::synth;
 
 use std::path::Path;
 use std::process::Command;

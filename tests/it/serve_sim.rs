@@ -4,8 +4,7 @@
 //! Every test starts its own replica on a port-0 listener on 127.0.0.1, is bounded by a
 //! timeout, and holds a global lock so the timing-sensitive ones do not share the CPU.
 
-#[path = "support/live.rs"]
-mod live;
+use crate::live;
 use live::{bounded, client, config, predict, qwen, start};
 
 use std::net::SocketAddr;

@@ -7,12 +7,9 @@
 //! arithmetic is checked on known numbers; the revalidations are real measurements of the
 //! scaled Deployment.
 
-#[path = "support/prometheus.rs"]
-mod fake_prometheus;
-#[path = "support/serving_plan.rs"]
-mod fixture;
-#[path = "support/operator.rs"]
-mod harness;
+use crate::fake_prometheus;
+use crate::fixture;
+use crate::harness;
 
 use std::time::Duration;
 
@@ -28,7 +25,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// Plans measure latency on a 2-core machine: one test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 /// The plan the tests make.
 const PLAN: &str = "qwen-chat";

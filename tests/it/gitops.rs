@@ -5,14 +5,10 @@
 //! The evidence is the seed's worked example (24 RPS on 4 replicas, peak 36 RPS, so 8
 //! replicas), written through `/status` as a finished run leaves it.
 
-#[path = "support/serving_plan.rs"]
-mod fixture;
-#[path = "support/forge_stub.rs"]
-mod forge_stub;
-#[path = "support/git_remote.rs"]
-mod git_remote;
-#[path = "support/operator.rs"]
-mod harness;
+use crate::fixture;
+use crate::forge_stub;
+use crate::git_remote;
+use crate::harness;
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +27,7 @@ use serde_json::json;
 
 /// The operator, cluster and forge are shared machinery on a 2-core machine: one test at a
 /// time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 const PLAN: &str = "qwen-chat";
 const TOKEN: &str = "ghp_e2eTOKENnotAsecret0123";

@@ -30,8 +30,7 @@ const NOT_BENCHMARKS: &[&str] = &[
 ];
 
 const CRD_FILES: [&str; 2] = ["crds/capacitybenchmark.yaml", "crds/servingplan.yaml"];
-#[path = "support/crd.rs"]
-mod crd;
+use crate::crd_install as crd;
 const BENCHMARK_KIND: &str = "CapacityBenchmark";
 
 fn repo() -> &'static Path {

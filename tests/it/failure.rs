@@ -4,7 +4,6 @@
 //! over what was scraped.
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use goodput::analysis::QueueTrend;
@@ -24,9 +23,9 @@ use goodput::sim::live::ReplicaConfig;
 use goodput::sim::router::RouterConfig;
 
 /// Load tests share two cores: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::SERIAL;
 
-const EXAMPLE: &str = include_str!("../examples/failure-test.yaml");
+const EXAMPLE: &str = include_str!("../../examples/failure-test.yaml");
 /// The example's engines run this many times faster than real time.
 const K: f64 = 5.0;
 /// The router's detection delay (wall clock) in model seconds.
@@ -36,8 +35,8 @@ fn example() -> LoadedBenchmark {
     parse_benchmark(EXAMPLE, Path::new("failure-test.yaml")).expect("the example parses")
 }
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.blocking_lock()
 }
 
 /// The example's four simulated replicas, on a thread and runtime of their own (as

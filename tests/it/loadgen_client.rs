@@ -5,8 +5,7 @@
 //! Every test is bounded by a time limit and holds a global lock, so the timing-sensitive
 //! ones do not share the CPU.
 
-#[path = "support/live.rs"]
-mod live;
+use crate::live;
 use live::{bounded, client, config, predict, qwen, start};
 
 use std::net::SocketAddr;

@@ -23,7 +23,7 @@ use tokio::sync::{oneshot, watch};
 
 /// The tests time a live engine: one at a time, so that on a 2-core machine one test's
 /// load does not slow the other's.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 

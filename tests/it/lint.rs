@@ -254,3 +254,14 @@ fn crds_prints_the_committed_crds_and_checks_them() {
         "{err}"
     );
 }
+
+#[test]
+fn a_benchmark_file_that_cannot_be_read_is_named() {
+    let out = goodput(&["bench", "no-such-benchmark.yaml"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no-such-benchmark.yaml: cannot read"),
+        "{stderr}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The operator's end-to-end scenarios (`support/scenarios.rs`, also run on the test
-//! cluster by `tests/operator.rs`) on a real cluster, opt-in: set `GOODPUT_E2E_KUBECONFIG`
+//! cluster by `tests/it/operator.rs`) on a real cluster, opt-in: set `GOODPUT_E2E_KUBECONFIG`
 //! to a cluster where the image `GOODPUT_E2E_IMAGE` (default `goodput:dev`) is loaded, and
-//! run `cargo test --test e2e -- --test-threads=1` (CONTRIBUTING.md: kind or k3d). Unset,
+//! run `cargo test --test it e2e:: -- --test-threads=1` (CONTRIBUTING.md: kind or k3d). Unset,
 //! every test passes at once, saying `SKIPPED:` and why.
 //!
 //! The operator runs on this machine (`goodput operator --kubeconfig ... --namespace NS
@@ -11,14 +11,12 @@
 //! generates is applied server-side and left installed. No other goodput operator may
 //! watch that namespace meanwhile.
 
-#[path = "support/operator.rs"]
-mod harness;
-#[path = "support/scenarios.rs"]
-mod scenarios;
+use crate::harness;
+use crate::scenarios;
 use harness::Env;
 
 /// One benchmark at a time: they measure latency, and the cluster's CPUs are shared.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds() {

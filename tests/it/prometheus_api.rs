@@ -5,8 +5,7 @@
 //! a serving plan from a request-rate query (`query_range_total` and `peak_from_rates`)
 //! against the reusable fake of `tests/support/prometheus.rs`.
 
-#[path = "support/prometheus.rs"]
-mod fake_prometheus;
+use crate::fake_prometheus;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,12 +3,10 @@
 //! simulated engine runs its points as Jobs and reaches the capacity `goodput bench` finds
 //! on the same spec; a restarted operator loses and repeats nothing; an invalid spec waits
 //! quietly; deleting a benchmark removes what it created. The scenarios are shared with the
-//! real-cluster suite (`tests/e2e.rs`) in `support/scenarios.rs`.
+//! real-cluster suite (`tests/it/e2e.rs`) in `support/scenarios.rs`.
 
-#[path = "support/operator.rs"]
-mod harness;
-#[path = "support/scenarios.rs"]
-mod scenarios;
+use crate::harness;
+use crate::scenarios;
 use harness::{Env, Operator, benchmark_yaml, create, phase, points, setup, wait_for};
 
 use std::time::Duration;
@@ -19,7 +17,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 /// Benchmarks measure latency on a 2-core machine: one test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds() {

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 /// These tests time the engine and the client: run them one at a time so that on a
 /// 2-core machine one test's load does not show up in another's latencies.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::SERIAL;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
@@ -476,8 +476,7 @@ async fn warm_cache_hits_the_prefix_cache_and_cold_does_not() {
     f.shutdown().await;
 }
 
-#[path = "support/live.rs"]
-mod live;
+use crate::live;
 
 /// One class of 512/32 tokens at a constant 2 RPS: one request at a time, each on an idle
 /// engine, so the engine model's own single-request prediction holds.
@@ -712,4 +711,92 @@ fn a_start_instant_is_waited_for_or_its_lateness_recorded() {
         Some(format!("{at:.3}").parse::<f64>().unwrap())
     );
     rt.block_on(f.shutdown());
+}
+
+/// A server whose every completion streams `tokens` one-token chunks, the first `ttft`
+/// after the request arrived and then one every `itl`: with `c` requests in flight it can
+/// deliver at most c · tokens / (ttft + (tokens − 1) · itl) tokens per second, whatever the
+/// client does. Every token is timed from the arrival (`arrival + ttft + k · itl`), so timer
+/// rounding only ever makes it later, never faster.
+async fn fixed_latency_server(
+    ttft: Duration,
+    itl: Duration,
+    tokens: u32,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::body::Body;
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/v1/completions",
+        post(move || async move {
+            let arrival = tokio::time::Instant::now();
+            let frames = futures_util::stream::unfold(0u32, move |k| async move {
+                if k > tokens {
+                    return None;
+                }
+                let frame = if k == tokens {
+                    "data: [DONE]\n\n".to_owned()
+                } else {
+                    tokio::time::sleep_until(arrival + ttft + itl * k).await;
+                    let finish = if k + 1 == tokens { "\"length\"" } else { "null" };
+                    format!(
+                        "data: {{\"id\":\"c\",\"object\":\"text_completion\",\"model\":\"{MODEL}\",\
+                         \"choices\":[{{\"index\":0,\"text\":\" x\",\"finish_reason\":{finish}}}]}}\n\n"
+                    )
+                };
+                Some((Ok::<_, std::convert::Infallible>(frame), k + 1))
+            });
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(frames))
+                .expect("static headers")
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("bound address"));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_throughput_never_beats_a_fixed_latency_server() {
+    let _serial = SERIAL.lock().await;
+    const C: usize = 20;
+    const TOKENS: u32 = 117;
+    let (ttft, itl) = (Duration::from_millis(20), Duration::from_millis(5));
+    let (url, server) = fixed_latency_server(ttft, itl, TOKENS).await;
+    // 0.6 s per request: each worker sends at 0 and 0.6 s and is still streaming at the
+    // nominal 1 s, so the old nominal-duration divisor reported 120% of the ceiling.
+    let per_request_s = (ttft + itl * (TOKENS - 1)).as_secs_f64();
+    let ceiling_tps = C as f64 * f64::from(TOKENS) / per_request_s;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(url, 1.0);
+    cfg.mode = LoadMode::Concurrency {
+        concurrency: C,
+        duration_s: 1.0,
+    };
+    let s = run(
+        cfg,
+        plan(
+            vec![class("chat", 1.0, 16, TOKENS)],
+            1_000,
+            Arrival::Poisson,
+            gate(&[("chat", 1e6, 1e6)]),
+        ),
+        dir.path(),
+    )
+    .await;
+    server.abort();
+    assert_eq!(s.report.failed, 0, "{:?}", s.report.failed_by_status);
+    assert_eq!(s.report.successful, 2 * C as u64);
+    let tps = s.report.output_throughput_tps;
+    assert!(
+        tps <= ceiling_tps && tps >= 0.9 * ceiling_tps,
+        "{tps:.0} tokens/s against a ceiling of {ceiling_tps:.0}"
+    );
+    let rps = s.report.request_throughput_rps;
+    assert!(rps <= C as f64 / per_request_s, "{rps} requests/s");
 }

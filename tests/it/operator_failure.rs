@@ -6,10 +6,8 @@
 //! reads the EndpointSlice for the removal and the replacement, and writes the report of
 //! `goodput bench`'s analysis into `status.failureTest` and `failure-test.md`.
 
-#[path = "support/serving_plan.rs"]
-mod fixture;
-#[path = "support/operator.rs"]
-mod harness;
+use crate::fixture;
+use crate::harness;
 
 use std::time::Duration;
 

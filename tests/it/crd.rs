@@ -17,8 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use testcluster::cluster::{Cluster, ClusterConfig};
 
-#[path = "support/crd.rs"]
-mod crd;
+use crate::crd_install as crd;
 use crd::install_crd;
 
 /// A cluster with the committed CRD (`goodput crds`) installed and established, and an
