@@ -483,8 +483,9 @@ fn scenario_closed_2000(dir: &Path, rep: &mut Report) {
     // end of the duration; the first second is left out as ramp-up.
     let (a, b) = (1.0, duration);
     let tps = tokens_in(&run.rows, a, b) as f64 / (b - a);
-    // The summary's own figure: every success's tokens over the window (counts the tail of
-    // requests still running after the duration, so a little above the steady rate).
+    // The summary's own figure: every success's tokens over its window, the real span from
+    // the first send to the last end (the requests still running at the nominal duration
+    // finish inside it), so never above the server's ceiling.
     let all_tokens: u64 = run
         .rows
         .iter()
@@ -501,10 +502,16 @@ fn scenario_closed_2000(dir: &Path, rep: &mut Report) {
         ">= 265,000",
         tps >= 265_000.0,
     );
-    rep.fig(
+    let summary_tps = all_tokens as f64 / window_s;
+    rep.bar(
         S,
-        "tokens of successes / window_s",
-        format!("{:.0} tok/s", all_tokens as f64 / window_s),
+        "tokens of successes / window_s (the summary's figure)",
+        format!(
+            "{summary_tps:.0} tok/s ({:.1}% of ideal)",
+            summary_tps / ideal * 100.0
+        ),
+        "<= ideal",
+        summary_tps <= ideal,
     );
     rep.bar(
         S,

@@ -2,7 +2,7 @@
 //! cluster (an HTTPS API server with pods as local processes, in this process), with
 //! `goodput operator` as its own release-built process.
 //!
-//! The cluster holds the world of `tests/it/serving_plan.rs` (`tests/support/serving_plan.rs`):
+//! The cluster holds the world of `tests/measured/serving_plan.rs` (`tests/support/serving_plan.rs`):
 //! a Deployment `qwen` that declares what the evidence was measured on (its pods run an
 //! image the cluster cannot pull, so they stay Pending: a plan reads only the Deployment
 //! and its `/scale`), one finished CapacityBenchmark `qwen-capacity` written through

@@ -8,10 +8,13 @@
 //! the tightest TTFT cutoff of the point's classes, in two tiers:
 //! - over [`LATENESS_WARN_FRACTION`] (2%) at P99 the pack warns: latencies near a cutoff
 //!   carry the harness's own delay;
-//! - over [`LATENESS_REFUSE_FRACTION`] (10%) at P99 the point is not evidence, like a point
-//!   whose client fell behind its schedule: the harness, not the model, set its latencies.
+//! - over [`LATENESS_REFUSE_FRACTION`] (10%) at P99 a point that did not pass is not
+//!   evidence, like a point whose client fell behind its schedule: the harness, not the
+//!   model, may have set the latencies it failed on.
 //!
-//! A lower `timeScale` is the remedy for both.
+//! Lateness only ever delays a frame, so it only ever raises measured latencies: a point
+//! that passes with it passes without it, and stays evidence (with the warning). A lower
+//! `timeScale` is the remedy for both.
 
 use serde::{Deserialize, Serialize};
 
@@ -83,19 +86,33 @@ impl EngineLateness {
         self.p99_ms > self.warn_ms()
     }
 
-    /// True when the P99 is over the refusal bound: the point is not evidence.
+    /// True when the P99 is over the refusal bound: a point that did not pass is not
+    /// evidence.
     pub fn refuses(&self) -> bool {
         self.p99_ms > self.refuse_ms()
     }
 
-    /// What the lateness means for the point, at time scale `k`; `None` under the warning
-    /// bound.
-    pub fn finding(&self, k: f64) -> Option<String> {
-        let (bound, fraction, meaning) = if self.refuses() {
+    /// True when this lateness leaves a point with gate result `passed` out of the
+    /// evidence: over the refusal bound and not passing (a pass stands: lateness only
+    /// ever raised its latencies).
+    pub fn refuses_point(&self, passed: bool) -> bool {
+        self.refuses() && !passed
+    }
+
+    /// What the lateness means for a point whose gate result is `passed`, at time scale
+    /// `k`; `None` under the warning bound.
+    pub fn finding(&self, k: f64, passed: bool) -> Option<String> {
+        let (bound, fraction, meaning) = if self.refuses_point(passed) {
             (
                 self.refuse_ms(),
                 LATENESS_REFUSE_FRACTION,
-                "the harness, not the model, set these latencies",
+                "the harness, not the model, may have set the latencies it failed on",
+            )
+        } else if self.refuses() {
+            (
+                self.refuse_ms(),
+                LATENESS_REFUSE_FRACTION,
+                "it passed with that delay added, so it passes without it",
             )
         } else if self.warns() {
             (
@@ -156,7 +173,7 @@ mod tests {
             .expect("frames");
         assert!((l.p99_ms - 7.5).abs() < 1e-9 && (l.max_ms - 22.5).abs() < 1e-9);
         assert_eq!(l.frames, 10);
-        assert!(!l.warns() && l.finding(25.0).is_none());
+        assert!(!l.warns() && l.finding(25.0, false).is_none());
         // The latest replica at K = 50: 15 ms, a warning, still evidence.
         let l = EngineLateness::of(
             &[snap(10, 100.0, 100.0), snap(5, 300.0, 400.0)],
@@ -165,13 +182,18 @@ mod tests {
         )
         .expect("frames");
         assert!(l.warns() && !l.refuses());
-        let finding = l.finding(50.0).expect("a warning");
+        let finding = l.finding(50.0, false).expect("a warning");
         assert!(finding.contains("15.0 ms late at P99") && finding.contains("over 10.0 ms (2%"));
-        // At K = 200: 60 ms, not evidence.
+        // At K = 200: 60 ms, not evidence unless the point passed.
         let l = EngineLateness::of(&[snap(5, 300.0, 400.0)], 200.0, 500.0).expect("frames");
-        assert!(l.refuses());
+        assert!(l.refuses() && l.refuses_point(false) && !l.refuses_point(true));
         assert!(
-            l.finding(200.0)
+            l.finding(200.0, true)
+                .expect("a warning")
+                .contains("it passed with that delay added")
+        );
+        assert!(
+            l.finding(200.0, false)
                 .expect("a refusal")
                 .contains("over 50.0 ms (10%")
         );

@@ -288,7 +288,8 @@ impl Runner<'_> {
         let gate = self.manifest.gate_config();
         let k = self.target.time_scale;
         for p in points.iter().filter(|p| p.valid) {
-            if let Some(finding) = p.engine_lateness.and_then(|l| l.finding(k)) {
+            let passed = p.report.capacity_gate_pass;
+            if let Some(finding) = p.engine_lateness.and_then(|l| l.finding(k, passed)) {
                 warnings.push(format!(
                     "{cache} {} RPS repeat {}: {finding}",
                     p.offered_rps, p.repeat
@@ -517,7 +518,8 @@ impl Runner<'_> {
 
     /// Runs one point on the run's clock, converts it to model time and writes its files.
     /// Returns the summary and, on the simulated engine, its frame lateness over the point
-    /// (a point over the bound is marked not evidence in its summary).
+    /// (a point that did not pass with lateness over the bound is marked not evidence in
+    /// its summary).
     async fn point(
         &self,
         key: PointKey,
@@ -577,8 +579,9 @@ impl Runner<'_> {
             .and_then(|cutoff| fidelity::EngineLateness::of(&frames, k, cutoff));
         measured.rescale(k);
         let mut summary = measured.summarize(&real, &real_plan)?;
-        if let Some(l) = lateness.filter(fidelity::EngineLateness::refuses)
-            && let Some(reason) = l.finding(k)
+        let passed = summary.report.capacity_gate_pass;
+        if let Some(l) = lateness.filter(|l| l.refuses_point(passed))
+            && let Some(reason) = l.finding(k, passed)
         {
             summary.validity.valid = false;
             summary.validity.reasons.push(reason);

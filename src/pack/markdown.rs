@@ -112,23 +112,28 @@ fn lateness_section(result: &BenchResult) -> String {
     else {
         return String::new();
     };
-    let count = |f: fn(&EngineLateness) -> bool| {
+    let count = |f: &dyn Fn(&EngineLateness, bool) -> bool| {
         points()
-            .filter(|p| p.engine_lateness.as_ref().is_some_and(f))
+            .filter(|p| {
+                p.engine_lateness
+                    .as_ref()
+                    .is_some_and(|l| f(l, p.report.capacity_gate_pass))
+            })
             .count()
     };
     format!(
         "Simulated engine fidelity: its token frames were at worst {:.2} ms late at P99 in \
          model time. Over {:.1} ms ({}% of the tightest TTFT cutoff) a point's latencies \
-         carry the harness's own delay: {} point(s); over {:.1} ms ({}%) a point is not \
-         evidence: {} point(s).\n\n",
+         carry the harness's own delay: {} point(s); over {:.1} ms ({}%) a point that did \
+         not pass is not evidence (lateness only raises latencies, so a pass stands): {} \
+         point(s).\n\n",
         worst.p99_ms,
         worst.warn_ms(),
         LATENESS_WARN_FRACTION * 100.0,
-        count(EngineLateness::warns),
+        count(&|l, _| l.warns()),
         worst.refuse_ms(),
         LATENESS_REFUSE_FRACTION * 100.0,
-        count(EngineLateness::refuses),
+        count(&|l, passed| l.refuses_point(passed)),
     )
 }
 

@@ -4,6 +4,13 @@
 //! The engine only advances when asked ([`Engine::step`]); the offline simulator drives it
 //! with a virtual clock and the live server with a real one, so both share every rule.
 //!
+//! The offline simulator asks for bulk decoding ([`Engine::bulk`]): where every decoding
+//! request is sure to get its token each step (reserved KV, a sequence cap no larger than
+//! the token budget), a decoding request is a step counter and a finishing step in a heap
+//! rather than a record touched every step, so a step costs its prefills, admissions and
+//! finishes, not its batch. The steps, their times and every request's first and last
+//! token are the same as one token at a time.
+//!
 //! With `kv_policy: reserve` and prefix caching off it is exactly the seed's model: each
 //! step, running requests in admission order take one decode token or their next prefill
 //! chunk from the token budget (a prefill chunk that finds the budget empty ends the pass),
@@ -12,7 +19,8 @@
 //! [`Setup::step_time`] of its tokens and of the context held before it; a request whose
 //! prefill completes emits its first token at the end of that step.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 use super::setup::{KvPolicy, Setup};
 use crate::workload::hashing::{FNV_OFFSET, GOLDEN_GAMMA, fnv1a, mix64};
@@ -109,6 +117,8 @@ struct Seq {
     kv_held: u64,
     /// Tokens scheduled in the current step.
     scheduled: u32,
+    /// Bulk decoding: the step (1-based count) that emitted the first token.
+    first_step: u64,
 }
 
 impl Seq {
@@ -191,6 +201,20 @@ pub struct Engine {
     stats: EngineStats,
     events: Vec<TokenEvent>,
     batch: Vec<u32>,
+    /// Bulk decoding's bookkeeping, when on.
+    bulk: Option<BulkDecode>,
+}
+
+/// Running requests split for bulk decoding: `running` is always decoding requests first,
+/// then those still in prefill (prefills complete in admission order).
+#[derive(Debug, Default)]
+struct BulkDecode {
+    /// Running requests past their prefill; each takes one token per step.
+    decoding: u64,
+    /// Running requests in prefill, in admission order.
+    prefilling: VecDeque<u32>,
+    /// `(step of the last token, slot, generation)` of each decoding request, soonest first.
+    finishes: BinaryHeap<Reverse<(u64, u32, u32)>>,
 }
 
 impl Engine {
@@ -216,7 +240,29 @@ impl Engine {
             stats: EngineStats::default(),
             events: Vec::new(),
             batch: Vec::new(),
+            bulk: None,
         }
+    }
+
+    /// An idle engine that decodes in bulk where the setup allows it (reserved KV, and
+    /// `max_num_seqs` no larger than `max_num_batched_tokens`), else one token at a time.
+    /// In bulk, [`Engine::events`] holds each request's first and last token only; every
+    /// token in between came one per step, at the end of each step from its first to its
+    /// last ([`Engine::decodes_in_bulk`]).
+    pub fn bulk(setup: Setup) -> Self {
+        let bulk = setup.kv_policy == KvPolicy::Reserve
+            && setup.max_num_seqs <= setup.max_num_batched_tokens;
+        let mut engine = Engine::new(setup);
+        if bulk {
+            engine.bulk = Some(BulkDecode::default());
+        }
+        engine
+    }
+
+    /// True when decoding requests advance in bulk: their events are first and last
+    /// tokens only, and each emits a token at the end of every step in between.
+    pub fn decodes_in_bulk(&self) -> bool {
+        self.bulk.is_some()
     }
 
     /// The configuration.
@@ -302,7 +348,25 @@ impl Engine {
 
     /// Output tokens a live request has generated, or `None` once it has left.
     pub fn generated(&self, id: RequestId) -> Option<u32> {
-        self.seq(id).map(|s| s.generated)
+        self.seq(id).map(|s| self.generated_now(s))
+    }
+
+    /// Output tokens of a live request; in bulk, a decoding request's count is kept as
+    /// the step of its first token (`first_step` is only ever set in bulk).
+    fn generated_now(&self, seq: &Seq) -> u32 {
+        if seq.first_step > 0 {
+            // One token per step since the first; a request leaves at its last, so this
+            // is at most `output_len`.
+            (1 + self.stats.steps_total - seq.first_step) as u32
+        } else {
+            seq.generated
+        }
+    }
+
+    /// Context tokens a running request holds.
+    fn context_of(&self, slot: u32) -> u64 {
+        let seq = &self.seqs[slot as usize];
+        u64::from(seq.computed) + u64::from(self.generated_now(seq) - seq.generated_base)
     }
 
     /// Requests running now (admitted and holding KV), in admission order.
@@ -320,8 +384,16 @@ impl Engine {
         }
         if let Some(i) = self.running.iter().position(|&s| s == id.slot) {
             self.running.remove(i);
-            self.context -= self.seqs[id.slot as usize].context_tokens();
+            self.context -= self.context_of(id.slot);
             self.release_kv(id.slot);
+            if let Some(bulk) = self.bulk.as_mut() {
+                // A decoding request's heap entry goes stale: its slot's generation moves on.
+                if self.seqs[id.slot as usize].first_step > 0 {
+                    bulk.decoding -= 1;
+                } else {
+                    bulk.prefilling.retain(|&s| s != id.slot);
+                }
+            }
         } else if let Some(i) = self.waiting.iter().position(|&s| s == id.slot) {
             self.waiting.remove(i);
         }
@@ -351,6 +423,9 @@ impl Engine {
         self.events.clear();
         if self.is_idle() {
             return None;
+        }
+        if self.bulk.is_some() {
+            return Some(self.step_in_bulk());
         }
         self.batch.clear();
         let mut budget = i64::from(self.setup.max_num_batched_tokens);
@@ -451,6 +526,136 @@ impl Engine {
             end: self.now,
             tokens,
         })
+    }
+
+    /// [`Engine::step`] in bulk: the same schedule, with decoding requests as a count.
+    fn step_in_bulk(&mut self) -> Step {
+        let Some(mut bulk) = self.bulk.take() else {
+            unreachable!("only called in bulk mode");
+        };
+        self.batch.clear();
+        // Every decoding request takes one token: they are at most max_num_seqs, which is
+        // no more than the budget.
+        let mut budget = i64::from(self.setup.max_num_batched_tokens) - bulk.decoding as i64;
+        let mut tokens = bulk.decoding;
+
+        // Then prefill chunks in admission order, as the running loop of one-by-one steps.
+        for &slot in &bulk.prefilling {
+            let seq = &self.seqs[slot as usize];
+            let n = i64::from(seq.prefill_target - seq.computed).min(budget);
+            if n <= 0 {
+                break;
+            }
+            self.seqs[slot as usize].scheduled = n as u32;
+            self.batch.push(slot);
+            budget -= n;
+            tokens += n as u64;
+        }
+
+        // Then admissions, exactly as one by one.
+        while budget > 0 && self.running.len() < self.setup.max_num_seqs as usize {
+            let Some(&slot) = self.waiting.front() else {
+                break;
+            };
+            if !self.admit(slot, budget) {
+                break;
+            }
+            self.waiting.pop_front();
+            let n = self.seqs[slot as usize].scheduled;
+            self.running.push(slot);
+            bulk.prefilling.push_back(slot);
+            self.batch.push(slot);
+            budget -= i64::from(n);
+            tokens += u64::from(n);
+        }
+
+        let start = self.now;
+        self.now += self.setup.step_time(tokens, self.context);
+        self.stats.steps_total += 1;
+        let step = self.stats.steps_total;
+        // Each decoding request's token joins the context.
+        self.context += bulk.decoding;
+        let mut emitted = bulk.decoding;
+
+        for bi in 0..self.batch.len() {
+            let slot = self.batch[bi];
+            let seq = &mut self.seqs[slot as usize];
+            let n = std::mem::take(&mut seq.scheduled);
+            seq.computed += n;
+            self.context += u64::from(n);
+            if !seq.decoding() {
+                continue; // chunked prefill not done: no token yet
+            }
+            if self.setup.prefix_caching {
+                for &h in &self.hashes[slot as usize] {
+                    self.cache.touch(h);
+                }
+            }
+            // Prefills complete in admission order: this one is the oldest in prefill.
+            debug_assert_eq!(bulk.prefilling.front(), Some(&slot));
+            bulk.prefilling.pop_front();
+            let seq = &mut self.seqs[slot as usize];
+            seq.generated = 1;
+            seq.first_step = step;
+            self.context += 1;
+            emitted += 1;
+            let finished = seq.output_len <= 1;
+            self.events.push(TokenEvent {
+                id: RequestId {
+                    slot,
+                    generation: seq.generation,
+                },
+                generated: 1,
+                finished,
+            });
+            if finished {
+                let held = self.context_of(slot);
+                self.context -= held;
+                self.release_kv(slot);
+                self.retire(slot);
+            } else {
+                let last = step + u64::from(seq.output_len) - 1;
+                bulk.finishes.push(Reverse((last, slot, seq.generation)));
+                bulk.decoding += 1;
+            }
+        }
+
+        // Requests whose last token came with this step leave.
+        while let Some(&Reverse((last, slot, generation))) = bulk.finishes.peek() {
+            if last > step {
+                break;
+            }
+            bulk.finishes.pop();
+            let seq = &self.seqs[slot as usize];
+            if !(seq.live && seq.generation == generation) {
+                continue; // cancelled meanwhile
+            }
+            let generated = seq.output_len;
+            self.events.push(TokenEvent {
+                id: RequestId { slot, generation },
+                generated,
+                finished: true,
+            });
+            let held = self.context_of(slot);
+            self.context -= held;
+            self.release_kv(slot);
+            self.retire(slot);
+            bulk.decoding -= 1;
+        }
+        self.stats.generation_tokens_total += emitted;
+        if self.events.iter().any(|e| e.finished) {
+            let seqs = &self.seqs;
+            let before = self.running.len();
+            self.running.retain(|&s| seqs[s as usize].live);
+            self.stats.request_success_total += (before - self.running.len()) as u64;
+        }
+        self.bulk = Some(bulk);
+        self.trim_cache();
+        Step {
+            start,
+            end: self.now,
+            tokens,
+        }
     }
 
     /// Tries to admit the waiting request in `slot` with `budget` tokens left this step;

@@ -138,10 +138,24 @@ pub struct RunResult {
 
 /// Runs `arrivals` through one engine replica until every request has finished.
 pub fn run(setup: &Setup, spec: &WorkloadSpec, arrivals: &[SimArrival]) -> RunResult {
-    let mut engine = Engine::new(setup.clone());
+    run_on(Engine::bulk(setup.clone()), spec, arrivals)
+}
+
+/// [`run`] on a given engine (one token at a time or in bulk: the same result).
+pub(crate) fn run_on(
+    mut engine: Engine,
+    spec: &WorkloadSpec,
+    arrivals: &[SimArrival],
+) -> RunResult {
+    let setup = engine.setup().clone();
+    let bulk = engine.decodes_in_bulk();
     let mut outcomes = vec![SimOutcome::default(); arrivals.len()];
     let mut by_slot: Vec<usize> = Vec::new();
     let mut last_token = vec![0.0; arrivals.len()];
+    // In bulk, a request's largest gap is the longest step from its first token to its last.
+    let mut first_step = vec![0u64; if bulk { arrivals.len() } else { 0 }];
+    let mut longest = SuffixMax::default();
+    let mut steps = 0u64;
     let mut queue_samples = Vec::with_capacity(arrivals.len());
     let mut next = 0;
     loop {
@@ -177,13 +191,26 @@ pub fn run(setup: &Setup, spec: &WorkloadSpec, arrivals: &[SimArrival]) -> RunRe
             engine.advance_to(arrivals[next].at_s);
             continue;
         }
-        engine.step();
+        let Some(step) = engine.step() else {
+            unreachable!("an engine with work always steps");
+        };
+        steps += 1;
+        if bulk {
+            longest.push(steps, step.end - step.start);
+        }
         let now = engine.now();
         for ev in engine.events() {
             let r = by_slot[ev.id.slot()];
             let o = &mut outcomes[r];
             if ev.generated == 1 {
                 o.first_token = now;
+                if bulk {
+                    first_step[r] = steps;
+                }
+            } else if bulk {
+                // Steps run back to back while a request decodes, so each gap between its
+                // tokens is one step's duration.
+                o.max_itl = o.max_itl.max(longest.since(first_step[r] + 1));
             } else {
                 o.max_itl = o.max_itl.max(now - last_token[r]);
             }
@@ -198,6 +225,29 @@ pub fn run(setup: &Setup, spec: &WorkloadSpec, arrivals: &[SimArrival]) -> RunRe
         outcomes,
         stats: engine.stats(),
         queue_samples,
+    }
+}
+
+/// The longest of the steps from a given one to the latest: a stack of the steps no later
+/// step outlasts, so pushing is amortised constant time and a query is a binary search.
+#[derive(Debug, Default)]
+struct SuffixMax {
+    /// `(step, duration)`, steps rising and durations falling.
+    stack: Vec<(u64, f64)>,
+}
+
+impl SuffixMax {
+    fn push(&mut self, step: u64, duration: f64) {
+        while self.stack.last().is_some_and(|&(_, d)| d <= duration) {
+            self.stack.pop();
+        }
+        self.stack.push((step, duration));
+    }
+
+    /// The longest duration of the steps numbered `from` or later (0 when there are none).
+    fn since(&self, from: u64) -> f64 {
+        let i = self.stack.partition_point(|&(s, _)| s < from);
+        self.stack.get(i).map_or(0.0, |&(_, d)| d)
     }
 }
 

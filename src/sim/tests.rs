@@ -200,3 +200,118 @@ fn schedules_are_seeded_and_stratified() {
     spec.seed = 1;
     assert_ne!(a, build_arrivals(&spec, 10.0).unwrap());
 }
+
+/// A workload of two classes whose prompts range from one token to several token budgets
+/// (chunked prefill), at a rate that may be far past capacity.
+fn mixed_workload(
+    seed: u64,
+    requests: usize,
+    short: (u32, u32),
+    long: (u32, u32),
+    jitter: f64,
+    prefix: Option<SharedPrefix>,
+) -> WorkloadSpec {
+    let class = |name: &str, mix: f64, (input_tokens, output_tokens): (u32, u32)| ClassShape {
+        name: name.into(),
+        mix,
+        input_tokens,
+        output_tokens,
+        ttft_cutoff_ms: 500.0,
+        tpot_cutoff_ms: 50.0,
+    };
+    WorkloadSpec {
+        classes: vec![class("short", 0.7, short), class("long", 0.3, long)],
+        requests,
+        seed,
+        arrival: Arrival::Poisson,
+        output_jitter: jitter,
+        shared_prefix: prefix,
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Bulk decoding is an implementation of the same model: on any workload the engine
+    /// allows it for, every request's times, its largest gap and every counter are equal,
+    /// to the bit, to stepping every token.
+    #[test]
+    fn decoding_in_bulk_changes_nothing(
+        seed in 0u64..1_000,
+        requests in 1usize..300,
+        rate in 0.5f64..80.0,
+        short_in in 1u32..600,
+        short_out in 1u32..200,
+        long_in in 1u32..5_000,
+        long_out in 1u32..600,
+        jitter in proptest::sample::select(vec![0.0, 0.5]),
+        max_num_seqs in 1u32..64,
+        budget_extra in 0u32..2_048,
+        kv_capacity_tokens in 6_000u64..40_000,
+        caching in proptest::bool::ANY,
+    ) {
+        let mut setup = preset("qwen2.5-7b-h100").unwrap();
+        setup.max_num_seqs = max_num_seqs;
+        setup.max_num_batched_tokens = max_num_seqs + budget_extra;
+        setup.kv_capacity_tokens = kv_capacity_tokens;
+        setup.max_model_len = 6_000;
+        setup.prefix_caching = caching;
+        let prefix = caching.then_some(SharedPrefix { pool: 3, tokens: 256, zipf: 1.0 });
+        let spec = mixed_workload(
+            seed,
+            requests,
+            (short_in, short_out),
+            (long_in, long_out),
+            jitter,
+            prefix,
+        );
+        let arrivals = build_arrivals(&spec, rate).unwrap();
+        let bulk_engine = Engine::bulk(setup.clone());
+        proptest::prop_assert!(bulk_engine.decodes_in_bulk());
+        let bulk = run_on(bulk_engine, &spec, &arrivals);
+        let one_by_one = run_on(Engine::new(setup), &spec, &arrivals);
+        proptest::prop_assert_eq!(bulk.outcomes, one_by_one.outcomes);
+        proptest::prop_assert_eq!(bulk.stats, one_by_one.stats);
+        proptest::prop_assert_eq!(bulk.queue_samples, one_by_one.queue_samples);
+    }
+}
+
+#[test]
+fn bulk_decoding_is_off_where_a_decode_may_wait() {
+    let mut setup = preset("qwen2.5-7b-h100").unwrap();
+    assert!(Engine::bulk(setup.clone()).decodes_in_bulk());
+    setup.kv_policy = KvPolicy::Recompute;
+    assert!(!Engine::bulk(setup.clone()).decodes_in_bulk());
+    setup.kv_policy = KvPolicy::Reserve;
+    setup.max_num_seqs = setup.max_num_batched_tokens + 1;
+    assert!(!Engine::bulk(setup).decodes_in_bulk());
+}
+
+#[test]
+fn a_cancelled_request_in_bulk_leaves_and_frees_its_kv() {
+    let setup = preset("qwen2.5-7b-h100").unwrap();
+    let mut engine = Engine::bulk(setup);
+    let keep = engine.submit(NewRequest {
+        input_len: 100,
+        output_len: 50,
+        block_hashes: vec![],
+    });
+    let gone = engine.submit(NewRequest {
+        input_len: 100,
+        output_len: 10,
+        block_hashes: vec![],
+    });
+    engine.step();
+    engine.step();
+    assert_eq!(engine.generated(gone), Some(2));
+    assert!(engine.cancel(gone));
+    let mut finished = Vec::new();
+    while engine.step().is_some() {
+        finished.extend(engine.events().iter().filter(|e| e.finished).map(|e| e.id));
+    }
+    assert_eq!(finished, vec![keep]);
+    let s = engine.stats();
+    assert_eq!(s.kv_usage, 0.0);
+    assert_eq!(s.request_success_total, 1);
+    assert_eq!(s.generation_tokens_total, 52);
+}

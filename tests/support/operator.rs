@@ -3,8 +3,8 @@
 //! on a benchmark's status.
 //!
 //! An [`Env`] is either the in-repo test cluster (pods run the real `goodput` binary; what
-//! `tests/it/operator.rs` runs on) or a real cluster named by `GOODPUT_E2E_KUBECONFIG` (pods run
-//! `GOODPUT_E2E_IMAGE`; what `tests/it/e2e.rs` runs on). The scenarios in `scenarios.rs` run on
+//! `tests/measured/operator.rs` runs on) or a real cluster named by `GOODPUT_E2E_KUBECONFIG` (pods run
+//! `GOODPUT_E2E_IMAGE`; what `tests/measured/e2e.rs` runs on). The scenarios in `scenarios.rs` run on
 //! either.
 
 #![allow(dead_code)] // each test binary uses its own part of the harness

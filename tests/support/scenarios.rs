@@ -1,5 +1,5 @@
 //! The operator's end-to-end scenarios, on any [`Env`]: the test cluster
-//! (`tests/it/operator.rs`) or a real cluster (`tests/it/e2e.rs`). Every wait is the test
+//! (`tests/measured/operator.rs`) or a real cluster (`tests/measured/e2e.rs`). Every wait is the test
 //! cluster's, stretched by [`Env::patience`] elsewhere; every assertion is the same.
 
 use std::time::{Duration, Instant};

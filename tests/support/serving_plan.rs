@@ -1,4 +1,4 @@
-//! The world of the `ServingPlan` tests and bench (`tests/it/serving_plan.rs`,
+//! The world of the `ServingPlan` tests and bench (`tests/measured/serving_plan.rs`,
 //! `benches/serving_plan.rs`; included with `#[path]`): a Deployment of simulated engines
 //! that declares what it runs, the evidence (a finished CapacityBenchmark of 24 RPS on 4
 //! replicas, the seed's worked example, written through `/status` as the operator writes a

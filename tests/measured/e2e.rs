@@ -1,7 +1,7 @@
 //! The operator's end-to-end scenarios (`support/scenarios.rs`, also run on the test
-//! cluster by `tests/it/operator.rs`) on a real cluster, opt-in: set `GOODPUT_E2E_KUBECONFIG`
+//! cluster by `tests/measured/operator.rs`) on a real cluster, opt-in: set `GOODPUT_E2E_KUBECONFIG`
 //! to a cluster where the image `GOODPUT_E2E_IMAGE` (default `goodput:dev`) is loaded, and
-//! run `cargo test --test it e2e:: -- --test-threads=1` (CONTRIBUTING.md: kind or k3d). Unset,
+//! run `cargo test --test measured e2e::` (CONTRIBUTING.md: kind or k3d). Unset,
 //! every test passes at once, saying `SKIPPED:` and why.
 //!
 //! The operator runs on this machine (`goodput operator --kubeconfig ... --namespace NS

@@ -3,7 +3,7 @@
 //! simulated engine runs its points as Jobs and reaches the capacity `goodput bench` finds
 //! on the same spec; a restarted operator loses and repeats nothing; an invalid spec waits
 //! quietly; deleting a benchmark removes what it created. The scenarios are shared with the
-//! real-cluster suite (`tests/it/e2e.rs`) in `support/scenarios.rs`.
+//! real-cluster suite (`tests/measured/e2e.rs`) in `support/scenarios.rs`.
 
 use crate::harness;
 use crate::scenarios;

@@ -418,8 +418,9 @@ fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
 }
 
 /// K = 500 asks one real microsecond to stand for half a model millisecond: no machine
-/// hands frames over that promptly, so the engine's lateness × K is far over the bound (2%
-/// of the 300 ms chat cutoff) and the point is refused as evidence instead of believed.
+/// hands frames over that promptly, so the engine's lateness × K is far over the bound (10%
+/// of the 300 ms chat cutoff). A point that fails with that delay is refused as evidence
+/// instead of believed; one that passes with it would pass without it, and stands.
 #[test]
 fn a_time_scale_too_large_for_the_machine_is_not_evidence() {
     let _guard = SERIAL.blocking_lock();
@@ -428,30 +429,41 @@ fn a_time_scale_too_large_for_the_machine_is_not_evidence() {
         &benchmark(500.0, "    rateSweep: {rates: [1]}\n    cacheModes: [cold]"),
         dir.path(),
     );
-    let point = &result.modes[0].points[0];
-    let lateness = point
-        .engine_lateness
-        .expect("the simulated engine records its lateness");
-    assert_eq!(lateness.refuse_ms(), 30.0, "10% of the 300 ms chat cutoff");
-    assert!(lateness.refuses(), "{lateness:?}");
-    assert!(!point.valid);
-    assert!(
-        point
-            .validity_reasons
-            .iter()
-            .any(|r| r.contains("late at P99") && r.contains("lower timeScale")),
-        "{:?}",
-        point.validity_reasons
-    );
-    assert_eq!(
-        result.modes[0].capacity_rps, None,
-        "no evidence, no capacity"
-    );
-    // The sweep looked lower for evidence and found none: every point is over the bound.
     let points = &result.modes[0].points;
-    assert!(points.iter().all(|p| !p.valid));
+    let mut refused = 0;
+    for point in points {
+        let lateness = point
+            .engine_lateness
+            .expect("the simulated engine records its lateness");
+        assert_eq!(lateness.refuse_ms(), 30.0, "10% of the 300 ms chat cutoff");
+        let passed = point.report.capacity_gate_pass;
+        if lateness.refuses() && !passed {
+            refused += 1;
+            assert!(!point.valid, "{point:?}");
+            assert!(
+                point
+                    .validity_reasons
+                    .iter()
+                    .any(|r| r.contains("late at P99") && r.contains("lower timeScale")),
+                "{:?}",
+                point.validity_reasons
+            );
+        } else if passed {
+            assert!(point.valid, "a pass with lateness stands: {point:?}");
+        }
+    }
+    assert!(refused > 0, "no point was refused: {points:?}");
+    // The capacity rests on valid passes only.
+    let best = points
+        .iter()
+        .filter(|p| p.valid && p.report.capacity_gate_pass)
+        .map(|p| p.offered_rps)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    assert_eq!(result.modes[0].capacity_rps, best);
     let sweep = std::fs::read_to_string(dir.path().join("sweep.md")).expect("sweep.md");
-    let over = format!("is not evidence: {} point(s)", points.len());
+    let over = format!(
+        "is not evidence (lateness only raises latencies, so a pass stands): {refused} point(s)"
+    );
     assert!(
         sweep.contains("Simulated engine fidelity") && sweep.contains(&over),
         "{sweep}"
@@ -497,6 +509,7 @@ fn repeats_run_fresh_schedules_and_report_the_spread() {
 
 #[test]
 fn a_broken_benchmark_is_refused_before_any_traffic() {
+    let _guard = SERIAL.blocking_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("pack");
     let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
