@@ -106,7 +106,7 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
             plan_resync: std::time::Duration::from_secs_f64(args.plan_resync_s.clamp(0.1, 3600.0)),
         };
         let signal = tokio::spawn(async move {
-            crate::shutdown_signal().await;
+            super::shutdown_signal().await;
             info!("Stopping: no new points start; running Jobs go on in the cluster");
             let _ = stop_tx.send(true);
         });
