@@ -27,7 +27,7 @@ use crate::analysis::PointReport;
 use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec};
 use crate::engine_metrics::DetectedProfile;
 use crate::engine_metrics::identify::identify;
-use crate::engine_metrics::prometheus_api::{PrometheusSource, query_range_series};
+use crate::engine_metrics::prometheus_api::{PrometheusQuery, query_range_series};
 use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
     MeasuredPoint, PointError, PointSummaryFile, measure_point, write_json,
@@ -603,7 +603,7 @@ pub async fn prometheus_series(
     crate::engine_metrics::series::MetricsSeries,
     crate::engine_metrics::prometheus_api::PrometheusError,
 > {
-    let source = PrometheusSource {
+    let source = PrometheusQuery {
         base_url: prometheus.url.clone(),
         selector: prometheus.selector.clone(),
         step_s: prometheus.step_seconds,

@@ -25,7 +25,7 @@ pub mod series;
 
 pub use parse::{Exposition, MetricType, Sample, parse};
 pub use profile::{Concept, DetectedProfile, EngineKind, MetricKind, Profile, detect};
-pub use prometheus_api::{PrometheusError, PrometheusSource, query_range_series};
+pub use prometheus_api::{PrometheusError, PrometheusQuery, query_range_series};
 pub use scrape::{
     DiscoverError, ScrapeError, TargetsError, discover_targets, parse_targets, read_targets_file,
     scrape_loop, scrape_once,

@@ -51,9 +51,10 @@ const MAX_QUOTED_BODY: usize = 300;
 /// Names quoted when no engine is recognised.
 const NAMES_QUOTED: usize = 8;
 
-/// A Prometheus server holding the engines' metrics.
+/// A Prometheus server holding the engines' metrics, with the selector and step to query
+/// it by (what `spec.target.prometheus` resolves to).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PrometheusSource {
+pub struct PrometheusQuery {
     /// Base URL of the server (`http://prometheus.monitoring:9090`, or with a path prefix
     /// behind a proxy); `/api/v1/...` is appended.
     pub base_url: String,
@@ -65,7 +66,7 @@ pub struct PrometheusSource {
     pub step_s: f64,
 }
 
-impl PrometheusSource {
+impl PrometheusQuery {
     /// The pseudo-target naming this source in [`MetricsSeries::targets`]:
     /// `prometheus <base_url> {<selector>}`.
     pub fn target_name(&self) -> String {
@@ -593,7 +594,7 @@ async fn get_data(
 /// The metric names the server holds under the selector during the window.
 async fn metric_names(
     client: &reqwest::Client,
-    source: &PrometheusSource,
+    source: &PrometheusQuery,
     start_unix_s: f64,
     end_unix_s: f64,
 ) -> Result<(String, BTreeSet<String>), PrometheusError> {
@@ -713,7 +714,7 @@ pub async fn query_range_total(
 /// names. Queries run concurrently; the first failure is returned.
 pub async fn query_range_series(
     client: &reqwest::Client,
-    source: &PrometheusSource,
+    source: &PrometheusQuery,
     engine: Option<EngineKind>,
     start_unix_s: f64,
     end_unix_s: f64,
@@ -1026,7 +1027,7 @@ mod tests {
 
     #[test]
     fn target_names_and_error_messages() {
-        let src = PrometheusSource {
+        let src = PrometheusQuery {
             base_url: "http://prom:9090/".into(),
             selector: "{job=\"vllm\"}".into(),
             step_s: 1.0,

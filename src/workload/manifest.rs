@@ -20,7 +20,7 @@ pub struct WorkloadManifest {
     /// The model served, pinned to immutable revisions.
     pub model: Model,
     /// The serving engine and how it is placed on GPUs.
-    pub engine: Engine,
+    pub engine: ServingEngine,
     /// How the load generator drives traffic.
     pub client: Client,
     /// Workload classes; each is judged by its own request-level SLO.
@@ -87,7 +87,7 @@ pub struct Model {
 /// The serving engine, its version and its GPU placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Engine {
+pub struct ServingEngine {
     /// Engine name, e.g. `vllm`, `sglang`, `tensorrt-llm`.
     pub name: String,
     /// Immutable engine version (no `latest`).

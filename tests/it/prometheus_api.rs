@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use goodput::analysis::{QueueTrend, queue_slope};
 use goodput::engine_metrics::prometheus_api::{
-    PrometheusError, PrometheusSource, capped_step, query_range_series, query_range_total,
+    PrometheusError, PrometheusQuery, capped_step, query_range_series, query_range_total,
 };
 use goodput::engine_metrics::{Concept, EngineKind, MetricsSeries};
 use goodput::planning::peak::{PeakError, peak_from_rates};
@@ -207,8 +207,8 @@ fn client() -> reqwest::Client {
     goodput::http_client::default_http_client(Duration::from_secs(2)).expect("client builds")
 }
 
-fn source(base_url: &str, selector: &str, step_s: f64) -> PrometheusSource {
-    PrometheusSource {
+fn source(base_url: &str, selector: &str, step_s: f64) -> PrometheusQuery {
+    PrometheusQuery {
         base_url: base_url.to_string(),
         selector: selector.to_string(),
         step_s,
