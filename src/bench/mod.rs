@@ -33,9 +33,9 @@ use crate::loadgen::point::{
     MeasuredPoint, PointError, PointSummaryFile, measure_point, write_json,
 };
 use crate::planning::{SweepEntry, SweepFile};
-use crate::sim::fleet::{FleetConfig, start_fleet};
+use crate::sim::live::fleet::{FleetConfig, start_fleet};
+use crate::sim::live::router::RouterConfig;
 use crate::sim::live::{Replica, ReplicaConfig};
-use crate::sim::router::RouterConfig;
 use crate::workload::{Resolved, WorkloadManifest};
 use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
 use point_job::PointTarget;

@@ -86,9 +86,9 @@ enum RoutingArg {
 }
 
 pub fn run(args: ServeSimArgs) -> Result<ExitCode> {
-    use goodput::sim::fleet::{FaultsBody, FleetConfig, StreamCutBody, run_fleet};
+    use goodput::sim::live::fleet::{FaultsBody, FleetConfig, StreamCutBody, run_fleet};
+    use goodput::sim::live::router::{RouterConfig, RoutingPolicy};
     use goodput::sim::live::{MetricsFlavor, ReplicaConfig};
-    use goodput::sim::router::{RouterConfig, RoutingPolicy};
 
     let setup = simulated_setup(&args.setup)?;
     let faults = FaultsBody {

@@ -1,11 +1,10 @@
 //! The simulated inference engine: a discrete-event model of a continuous-batching replica
-//! (`engine`), its presets (`setup`) and the offline what-if driver (`offline`).
+//! (`engine`), its presets (`setup`), the offline what-if driver (`offline`), and the model
+//! served live (`live`: replicas, the router in front of them, the fleet of both).
 
 pub mod engine;
-pub mod fleet;
 pub mod live;
 pub mod offline;
-pub mod router;
 pub mod setup;
 
 pub use engine::{Engine, EngineStats, NewRequest, RequestId, Step, TokenEvent};

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use goodput::analysis::GateConfig;
 use goodput::loadgen::handoff::{SHARD_ANNOTATION, ShardResult, merge_shards, merged_requests_csv};
-use goodput::sim::fleet::{Fleet, FleetConfig, start_fleet};
 use goodput::sim::live::ReplicaConfig;
+use goodput::sim::live::fleet::{Fleet, FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 use goodput::sim::preset;
-use goodput::sim::router::RouterConfig;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};

@@ -534,8 +534,8 @@ fn a_broken_benchmark_is_refused_before_any_traffic() {
 /// simulated engine run 20× fast, which bench does not know: figures are in its wall time.
 #[test]
 fn a_url_target_is_benchmarked_with_its_metrics_pages() {
-    use goodput::sim::fleet::{FleetConfig, start_fleet};
     use goodput::sim::live::ReplicaConfig;
+    use goodput::sim::live::fleet::{FleetConfig, start_fleet};
 
     let _guard = SERIAL.blocking_lock();
     let dir = tempfile::tempdir().expect("tempdir");

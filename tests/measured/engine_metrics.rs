@@ -10,10 +10,10 @@ use goodput::engine_metrics::series::slope;
 use goodput::engine_metrics::{
     Concept, Coverage, DiscoverError, EngineKind, MetricsSeries, discover_targets, scrape_loop,
 };
-use goodput::sim::fleet::{Fleet, FleetConfig, start_fleet};
+use goodput::sim::live::fleet::{Fleet, FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 use goodput::sim::live::{FaultConfig, MetricsFlavor, ReplicaConfig};
 use goodput::sim::preset;
-use goodput::sim::router::RouterConfig;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -18,9 +18,9 @@ use goodput::failure::local::{SimulatedFleet, TestDone, alerts, run_test};
 use goodput::failure::{FailureReport, FailureVerdict};
 use goodput::loadgen::point::{PointPlan, measure_time_scaled};
 use goodput::loadgen::run::LoadConfig;
-use goodput::sim::fleet::{FleetConfig, start_fleet};
 use goodput::sim::live::ReplicaConfig;
-use goodput::sim::router::RouterConfig;
+use goodput::sim::live::fleet::{FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 
 /// Load tests share two cores: one at a time.
 use crate::SERIAL;

@@ -5,10 +5,10 @@ use crate::SERIAL;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use goodput::sim::fleet::{FleetConfig, start_fleet};
+use goodput::sim::live::fleet::{FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 use goodput::sim::live::{FaultConfig, ReplicaConfig};
 use goodput::sim::preset;
-use goodput::sim::router::RouterConfig;
 use serde_json::{Value, json};
 
 fn client() -> reqwest::Client {

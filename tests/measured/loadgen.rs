@@ -10,10 +10,10 @@ use goodput::loadgen::point::{PointPlan, PointSummaryFile, run_and_write};
 use goodput::loadgen::prompt::{CacheMode, PromptMethod};
 use goodput::loadgen::run::{LoadConfig, LoadMode};
 use goodput::loadgen::{Api, Timeouts};
-use goodput::sim::fleet::{FleetConfig, start_fleet};
+use goodput::sim::live::fleet::{FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 use goodput::sim::live::{CutMode, FaultConfig, ReplicaConfig, StreamCut};
 use goodput::sim::preset;
-use goodput::sim::router::RouterConfig;
 use goodput::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
 use tokio::sync::watch;
 
@@ -23,7 +23,7 @@ use crate::SERIAL;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
-async fn fleet(time_scale: f64, faults: FaultConfig) -> goodput::sim::fleet::Fleet {
+async fn fleet(time_scale: f64, faults: FaultConfig) -> goodput::sim::live::fleet::Fleet {
     start_fleet(FleetConfig {
         replica: ReplicaConfig {
             time_scale,

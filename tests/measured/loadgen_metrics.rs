@@ -14,10 +14,10 @@ use goodput::loadgen::point::{PointPlan, measure_point};
 use goodput::loadgen::prompt::{CacheMode, PromptMethod};
 use goodput::loadgen::run::{LoadConfig, LoadMode};
 use goodput::loadgen::{Api, Timeouts};
-use goodput::sim::fleet::{Fleet, FleetConfig, start_fleet};
+use goodput::sim::live::fleet::{Fleet, FleetConfig, start_fleet};
+use goodput::sim::live::router::RouterConfig;
 use goodput::sim::live::{FaultConfig, ReplicaConfig};
 use goodput::sim::preset;
-use goodput::sim::router::RouterConfig;
 use goodput::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
 use tokio::sync::{oneshot, watch};
 

@@ -10,7 +10,7 @@ use axum::Router as AxumRouter;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use goodput::sim::router::{Router, RouterConfig, RoutingPolicy, router_app};
+use goodput::sim::live::router::{Router, RouterConfig, RoutingPolicy, router_app};
 use tokio::net::TcpListener;
 
 /// A fake replica: `/health` (failing while `down` is set), `/v1/completions` answering its

@@ -23,12 +23,15 @@
 //! ```
 //!
 //! See [`api`] for the request semantics, [`sse`] for the wire format and
-//! [`tokenizer`] for the stand-in tokenizer.
+//! [`tokenizer`] for the stand-in tokenizer; [`fleet`] serves several replicas behind the
+//! [`router`] (what `goodput serve-sim` and `goodput bench` run).
 
 pub mod api;
+pub mod fleet;
 mod metrics;
 mod net;
 mod replica;
+pub mod router;
 pub mod sse;
 pub mod tokenizer;
 

@@ -19,7 +19,7 @@ use axum::routing::get;
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::live::api::ApiError;
+use super::api::ApiError;
 
 /// How the router picks a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

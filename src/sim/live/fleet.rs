@@ -18,9 +18,9 @@ use axum::serve::ListenerExt;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use super::live::api::ApiError;
-use super::live::{CutMode, FaultConfig, LiveError, ReplicaConfig, ReplicaServer, StreamCut};
+use super::api::ApiError;
 use super::router::{Router, RouterConfig, router_app};
+use super::{CutMode, FaultConfig, LiveError, ReplicaConfig, ReplicaServer, StreamCut};
 
 /// Everything `serve-sim` needs.
 #[derive(Clone, Debug)]
