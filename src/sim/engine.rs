@@ -457,20 +457,7 @@ impl Engine {
         }
 
         // Then admit waiting requests while budget, sequence cap and KV allow.
-        while budget > 0 && self.running.len() < self.setup.max_num_seqs as usize {
-            let Some(&slot) = self.waiting.front() else {
-                break;
-            };
-            if !self.admit(slot, budget) {
-                break;
-            }
-            self.waiting.pop_front();
-            let n = self.seqs[slot as usize].scheduled;
-            self.running.push(slot);
-            self.batch.push(slot);
-            budget -= i64::from(n);
-            tokens += u64::from(n);
-        }
+        self.admit_waiting(&mut budget, &mut tokens);
 
         let start = self.now;
         self.now += self.setup.step_time(tokens, self.context);
@@ -515,10 +502,7 @@ impl Engine {
         }
         self.stats.generation_tokens_total += self.events.len() as u64;
         if finished_any {
-            let seqs = &self.seqs;
-            let before = self.running.len();
-            self.running.retain(|&s| seqs[s as usize].live);
-            self.stats.request_success_total += (before - self.running.len()) as u64;
+            self.drop_finished();
         }
         self.trim_cache();
         Some(Step {
@@ -552,22 +536,10 @@ impl Engine {
             tokens += n as u64;
         }
 
-        // Then admissions, exactly as one by one.
-        while budget > 0 && self.running.len() < self.setup.max_num_seqs as usize {
-            let Some(&slot) = self.waiting.front() else {
-                break;
-            };
-            if !self.admit(slot, budget) {
-                break;
-            }
-            self.waiting.pop_front();
-            let n = self.seqs[slot as usize].scheduled;
-            self.running.push(slot);
-            bulk.prefilling.push_back(slot);
-            self.batch.push(slot);
-            budget -= i64::from(n);
-            tokens += u64::from(n);
-        }
+        // Then admissions, exactly as one by one; they start in prefill.
+        let admitted_from = self.batch.len();
+        self.admit_waiting(&mut budget, &mut tokens);
+        bulk.prefilling.extend(&self.batch[admitted_from..]);
 
         let start = self.now;
         self.now += self.setup.step_time(tokens, self.context);
@@ -644,10 +616,7 @@ impl Engine {
         }
         self.stats.generation_tokens_total += emitted;
         if self.events.iter().any(|e| e.finished) {
-            let seqs = &self.seqs;
-            let before = self.running.len();
-            self.running.retain(|&s| seqs[s as usize].live);
-            self.stats.request_success_total += (before - self.running.len()) as u64;
+            self.drop_finished();
         }
         self.bulk = Some(bulk);
         self.trim_cache();
@@ -656,6 +625,33 @@ impl Engine {
             end: self.now,
             tokens,
         }
+    }
+
+    /// Admits waiting requests in order while the budget, the sequence cap and KV allow,
+    /// adding each to `running` and the batch with its first chunk.
+    fn admit_waiting(&mut self, budget: &mut i64, tokens: &mut u64) {
+        while *budget > 0 && self.running.len() < self.setup.max_num_seqs as usize {
+            let Some(&slot) = self.waiting.front() else {
+                break;
+            };
+            if !self.admit(slot, *budget) {
+                break;
+            }
+            self.waiting.pop_front();
+            let n = self.seqs[slot as usize].scheduled;
+            self.running.push(slot);
+            self.batch.push(slot);
+            *budget -= i64::from(n);
+            *tokens += u64::from(n);
+        }
+    }
+
+    /// Removes the requests that finished this step from `running` and counts them.
+    fn drop_finished(&mut self) {
+        let seqs = &self.seqs;
+        let before = self.running.len();
+        self.running.retain(|&s| seqs[s as usize].live);
+        self.stats.request_success_total += (before - self.running.len()) as u64;
     }
 
     /// Tries to admit the waiting request in `slot` with `budget` tokens left this step;

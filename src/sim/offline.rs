@@ -147,7 +147,7 @@ pub(crate) fn run_on(
     spec: &WorkloadSpec,
     arrivals: &[SimArrival],
 ) -> RunResult {
-    let setup = engine.setup().clone();
+    let (prefix_caching, block_size) = (engine.setup().prefix_caching, engine.setup().block_size);
     let bulk = engine.decodes_in_bulk();
     let mut outcomes = vec![SimOutcome::default(); arrivals.len()];
     let mut by_slot: Vec<usize> = Vec::new();
@@ -162,13 +162,13 @@ pub(crate) fn run_on(
         while next < arrivals.len() && arrivals[next].at_s <= engine.now() {
             let a = &arrivals[next];
             queue_samples.push((a.at_s, engine.stats().waiting as f64));
-            let block_hashes = match (a.prefix, spec.shared_prefix, setup.prefix_caching) {
+            let block_hashes = match (a.prefix, spec.shared_prefix, prefix_caching) {
                 (Some(p), Some(shared), true) => synthetic_block_hashes(
                     u64::from(p),
                     shared.tokens.min(a.input_tokens.saturating_sub(1)),
                     next as u64,
                     a.input_tokens,
-                    setup.block_size,
+                    block_size,
                 ),
                 _ => Vec::new(),
             };
