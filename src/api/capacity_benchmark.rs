@@ -326,11 +326,15 @@ pub struct SimulatedTarget {
     /// Replicas behind the router.
     #[serde(default = "one")]
     pub replicas: u32,
-    /// Run the engine K times faster than real time. Inside the run every duration
-    /// (latencies, cutoffs, warmup, minimum duration, timeouts) is divided by K and every
-    /// rate multiplied by K; reports convert back, so verdicts are those of a real-time run.
-    #[serde(default = "one_f")]
-    pub time_scale: f64,
+    /// Run the engine K times faster than real time: a number, or `auto`. Inside the run
+    /// every duration (latencies, cutoffs, warmup, minimum duration, timeouts) is divided by
+    /// K and every rate multiplied by K; reports convert back, so verdicts are those of a
+    /// real-time run. Before the sweep `goodput bench` probes the idle engine and compares
+    /// its TTFT and TPOT with the model's: a K whose drift is over 10% of the tightest
+    /// cutoff is refused, over 2% warned about. `auto` (goodput bench only) picks the
+    /// largest K whose probe stays within 2% on this machine. Default: 1.
+    #[serde(default)]
+    pub time_scale: TimeScale,
     /// Tokens per SSE frame, as engines with a stream interval send them. TPOT is
     /// unaffected; ITL is then per frame.
     #[serde(default = "one")]
@@ -343,9 +347,95 @@ impl Default for SimulatedTarget {
             preset: default_preset(),
             overrides: BTreeMap::new(),
             replicas: 1,
-            time_scale: 1.0,
+            time_scale: TimeScale::default(),
             stream_interval: 1,
         }
+    }
+}
+
+/// How much faster than real time the simulated engine runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TimeScale {
+    /// K times faster (K > 0; 1 is real time).
+    Fixed(f64),
+    /// The largest K whose idle calibration stays within bound on the machine running the
+    /// benchmark (`goodput bench`; in a cluster give a number).
+    Auto,
+}
+
+impl Default for TimeScale {
+    fn default() -> Self {
+        TimeScale::Fixed(1.0)
+    }
+}
+
+impl TimeScale {
+    /// The fixed K; `None` for `auto`.
+    pub fn fixed(self) -> Option<f64> {
+        match self {
+            TimeScale::Fixed(k) => Some(k),
+            TimeScale::Auto => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TimeScale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimeScale::Fixed(k) => write!(f, "{k}"),
+            TimeScale::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl Serialize for TimeScale {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TimeScale::Fixed(k) => s.serialize_f64(*k),
+            TimeScale::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TimeScale {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TimeScale;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a speed-up (a number) or `auto`")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<TimeScale, E> {
+                Ok(TimeScale::Fixed(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<TimeScale, E> {
+                Ok(TimeScale::Fixed(v as f64))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<TimeScale, E> {
+                Ok(TimeScale::Fixed(v as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TimeScale, E> {
+                match v {
+                    "auto" => Ok(TimeScale::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl JsonSchema for TimeScale {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TimeScale".into()
+    }
+
+    /// A number or the string `auto`: no single OpenAPI type, so the API server keeps the
+    /// value as given and `goodput lint` (and the operator, through it) checks it.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "x-kubernetes-preserve-unknown-fields": true
+        })
     }
 }
 

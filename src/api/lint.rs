@@ -6,7 +6,8 @@
 //! reports) and flags ones that probably do not measure what the user expects.
 
 use super::{
-    CacheModeName, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, WorkloadSource,
+    CacheModeName, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, TimeScale,
+    WorkloadSource,
 };
 use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
 use crate::workload::Findings as Lint;
@@ -42,6 +43,24 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     out.reporting(spec);
     out.loadgen(spec);
     out.failure_test(spec);
+    out.0
+}
+
+/// What the operator cannot run: `simulated.timeScale: auto` (it calibrates against the
+/// machine `goodput bench` runs on) and the parts of `spec.failureTest` of
+/// [`cluster_failure_test`]. Errors, none when it can run it all.
+pub fn cluster_unsupported(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
+    let mut out = Lint::default();
+    if spec.target.is_simulated()
+        && spec.target.simulated.as_ref().map(|s| s.time_scale) == Some(TimeScale::Auto)
+    {
+        out.error(
+            "spec.target.simulated.timeScale",
+            "auto calibrates the engine on the machine goodput bench runs on; in a cluster \
+             give a number (the K goodput bench chose is in its capacity pack)",
+        );
+    }
+    out.0.extend(cluster_failure_test(spec));
     out.0
 }
 
@@ -286,10 +305,12 @@ impl Lint {
                 ),
             );
         }
-        if !positive(sim.time_scale) {
+        if let TimeScale::Fixed(k) = sim.time_scale
+            && !positive(k)
+        {
             self.error(
                 "spec.target.simulated.timeScale",
-                format!("{} must be a positive, finite speed-up", sim.time_scale),
+                format!("{k} must be a positive, finite speed-up, or auto"),
             );
         }
         if sim.stream_interval == 0 {
@@ -956,6 +977,44 @@ mod tests {
         spec.target.simulated = Some(crate::api::SimulatedTarget::default());
         spec.failure_test = test(&[FaultKind::RequestCancel]);
         assert_eq!(paths(cluster_failure_test(&spec)), ["spec.failureTest"]);
+        // What the operator cannot run includes timeScale: auto, which calibrates on the
+        // machine goodput bench runs on.
+        spec.failure_test = None;
+        assert!(cluster_unsupported(&spec).is_empty());
+        spec.target.simulated = Some(crate::api::SimulatedTarget {
+            time_scale: crate::api::TimeScale::Auto,
+            ..Default::default()
+        });
+        assert_eq!(
+            paths(cluster_unsupported(&spec)),
+            ["spec.target.simulated.timeScale"]
+        );
+    }
+
+    #[test]
+    fn a_time_scale_is_a_positive_number_or_auto() {
+        use crate::api::TimeScale;
+        let parse = |v: &str| serde_saphyr::from_str::<TimeScale>(v).map_err(|e| e.to_string());
+        assert_eq!(parse("25"), Ok(TimeScale::Fixed(25.0)));
+        assert_eq!(parse("2.5"), Ok(TimeScale::Fixed(2.5)));
+        assert_eq!(parse("auto"), Ok(TimeScale::Auto));
+        let e = parse("fast").expect_err("not a time scale");
+        assert!(e.contains("a speed-up (a number) or `auto`"), "{e}");
+        assert_eq!(
+            serde_json::to_string(&[TimeScale::Auto, TimeScale::Fixed(20.0)]).expect("json"),
+            r#"["auto",20.0]"#
+        );
+        let f = lint_with(|spec, _| {
+            spec.target.simulated = Some(crate::api::SimulatedTarget {
+                time_scale: TimeScale::Fixed(-1.0),
+                ..Default::default()
+            });
+        });
+        assert!(
+            f.iter().any(|f| f.path == "spec.target.simulated.timeScale"
+                && f.message.contains("positive, finite speed-up, or auto")),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -1201,7 +1260,7 @@ mod tests {
         let f = lint_with(|s, _| {
             s.target.simulated = Some(SimulatedTarget {
                 preset: "".into(),
-                time_scale: f64::INFINITY,
+                time_scale: super::TimeScale::Fixed(f64::INFINITY),
                 replicas: 0,
                 stream_interval: 0,
                 ..SimulatedTarget::default()

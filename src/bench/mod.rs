@@ -11,6 +11,7 @@
 //! measured records and engine series are multiplied back by `K` before the analysis core
 //! sees them, so reports, gates and verdicts are in real-time units.
 
+pub mod calibration;
 pub mod driver;
 pub mod fidelity;
 pub mod point_job;
@@ -24,7 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 
 use crate::analysis::PointReport;
-use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec};
+use crate::api::{CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec, TimeScale};
 use crate::engine_metrics::DetectedProfile;
 use crate::engine_metrics::identify::identify;
 use crate::engine_metrics::prometheus_api::{PrometheusQuery, query_range_series};
@@ -61,6 +62,9 @@ pub enum BenchError {
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+    /// The simulated engine cannot keep its model's time at the spec's time scale here.
+    #[error("{0}")]
+    Calibration(String),
 }
 
 /// How the capacity verdict treats repeats (stated in every report).
@@ -92,6 +96,8 @@ struct Target {
     facts: TargetFacts,
     metrics_targets: Vec<String>,
     time_scale: f64,
+    /// The simulated engine's idle calibration at that time scale.
+    calibration: Option<calibration::Calibration>,
 }
 
 /// Runs the benchmark and writes the capacity pack into `options.out`.
@@ -168,7 +174,12 @@ pub async fn run_bench(
         recorded.push(Recorded { key, outcome });
     }
     let mut modes = Vec::new();
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = target
+        .calibration
+        .as_ref()
+        .and_then(|c| c.warning())
+        .into_iter()
+        .collect();
     for &cache in &plan.cache_modes {
         let decision = driver::decide_mode(&plan, cache, &recorded);
         warnings.extend(decision.warnings.iter().cloned());
@@ -253,6 +264,7 @@ pub async fn run_bench(
         plan,
         warnings,
         failure_tests,
+        calibration: target.calibration.clone(),
     };
     write_json(&options.out.join("sweep.json"), &result)?;
     crate::pack::write_reports(&options.out, &result)
@@ -705,6 +717,7 @@ async fn start_target(
             },
             metrics_targets: spec.target.metrics_urls.clone(),
             time_scale: spec.target.time_scale.unwrap_or(1.0),
+            calibration: None,
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();
@@ -720,8 +733,9 @@ async fn start_target(
         setup = crate::sim::setup::apply_yaml_overrides(&setup, &yaml)
             .map_err(|e| BenchError::Spec(format!("spec.target.simulated.overrides: {e}")))?;
     }
-    let k = sim.time_scale;
-    if !(k.is_finite() && k > 0.0) {
+    if let TimeScale::Fixed(k) = sim.time_scale
+        && !(k.is_finite() && k > 0.0)
+    {
         return Err(BenchError::Spec(format!(
             "spec.target.simulated.timeScale must be positive, got {k}"
         )));
@@ -731,22 +745,29 @@ async fn start_target(
         .model
         .clone()
         .unwrap_or_else(|| setup.model.clone());
-    let fleet = SimulatedEngine::start(FleetConfig {
+    let fleet_config = |k: f64, replicas: u32| FleetConfig {
         replica: ReplicaConfig {
             time_scale: k,
             stream_interval: sim.stream_interval.max(1),
             // Every point states how far the engine drifted from its model clock.
             record_lateness: true,
-            ..ReplicaConfig::new(setup)
+            ..ReplicaConfig::new(setup.clone())
         },
-        replicas: sim.replicas.max(1),
+        replicas,
         host: std::net::Ipv4Addr::LOCALHOST.into(),
         port: 0,
         router: RouterConfig::default(),
         cold_start: Duration::from_secs(1),
         faults: Default::default(),
+    };
+    let calibration = calibrate(client, manifest, &model, &setup, sim.time_scale, |k| {
+        fleet_config(k, 1)
     })
     .await?;
+    let k = calibration
+        .as_ref()
+        .map_or_else(|| sim.time_scale.fixed().unwrap_or(1.0), |c| c.chosen);
+    let fleet = SimulatedEngine::start(fleet_config(k, sim.replicas.max(1))).await?;
     let url = fleet.url.clone();
     let metrics_targets = discover_targets(client, &url)
         .await
@@ -767,7 +788,78 @@ async fn start_target(
         },
         metrics_targets,
         time_scale: k,
+        calibration,
     })
+}
+
+/// Probes a fresh single-replica engine from `config(K)` at the spec's time scale (or, for
+/// `auto`, at each candidate from the largest down until one is within the warning bound);
+/// `None` when the classes have no finite cutoffs to judge against (nothing can drift past
+/// them). A fixed K over the refusal bound is an error before any traffic.
+async fn calibrate(
+    client: &reqwest::Client,
+    manifest: &WorkloadManifest,
+    model: &str,
+    setup: &crate::sim::setup::Setup,
+    requested: TimeScale,
+    config: impl Fn(f64) -> FleetConfig,
+) -> Result<Option<calibration::Calibration>, BenchError> {
+    let Some(cutoffs) = calibration::tightest_cutoffs(&manifest.gate_config()) else {
+        return Ok(None);
+    };
+    let candidates = match requested {
+        TimeScale::Fixed(k) => vec![k],
+        TimeScale::Auto => calibration::AUTO_CANDIDATES.to_vec(),
+    };
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut trials = Vec::new();
+    for k in candidates {
+        let engine = SimulatedEngine::start(config(k)).await?;
+        let trial = calibration::probe(
+            client,
+            &engine.url,
+            model,
+            setup,
+            &manifest.workload,
+            cutoffs,
+            k,
+            nonce,
+            || engine.replicas.iter().for_each(Replica::reset_lateness),
+            || {
+                engine
+                    .replicas
+                    .iter()
+                    .filter_map(|r| r.lateness().map(|(frames, _)| frames))
+                    .collect()
+            },
+        )
+        .await;
+        engine.shutdown().await;
+        let within = trial.within(calibration::WARN_FRACTION);
+        trials.push(trial);
+        if within {
+            break;
+        }
+    }
+    let chosen = match requested {
+        TimeScale::Fixed(k) => k,
+        TimeScale::Auto => calibration::auto_choice(&trials).unwrap_or(1.0),
+    };
+    let found = calibration::Calibration {
+        requested: requested.to_string(),
+        chosen,
+        warn_fraction: calibration::WARN_FRACTION,
+        refuse_fraction: calibration::REFUSE_FRACTION,
+        tightest_ttft_cutoff_ms: cutoffs.0,
+        tightest_tpot_cutoff_ms: cutoffs.1,
+        trials,
+    };
+    match found.refusal() {
+        Some(why) => Err(BenchError::Calibration(why)),
+        None => Ok(Some(found)),
+    }
 }
 
 /// What the run found about the system under test, recorded in the frozen manifest.

@@ -47,6 +47,10 @@ pub struct BenchResult {
     /// The failure tests run after the sweep (`failure-test.md`), each its own report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_tests: Vec<crate::failure::FailureReport>,
+    /// The simulated engine's idle calibration at its time scale (how `auto` chose K, or
+    /// how far a fixed K drifted); absent for a server that is not the simulated engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<super::calibration::Calibration>,
 }
 
 /// The server under test as it was found.

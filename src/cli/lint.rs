@@ -60,7 +60,7 @@ pub fn run(args: LintArgs) -> Result<ExitCode> {
                             .retain(|f| !goodput::api::resolved_in_cluster(f));
                         loaded
                             .findings
-                            .extend(goodput::api::lint::cluster_failure_test(
+                            .extend(goodput::api::lint::cluster_unsupported(
                                 &loaded.benchmark.spec,
                             ));
                     }

@@ -366,7 +366,7 @@ impl Run<'_> {
         if !errors.is_empty() {
             return Err(invalid(errors.join("; ")));
         }
-        let cluster = crate::api::lint::cluster_failure_test(spec);
+        let cluster = crate::api::lint::cluster_unsupported(spec);
         if !cluster.is_empty() {
             let why: Vec<String> = cluster
                 .iter()
@@ -504,7 +504,8 @@ impl Run<'_> {
             metrics_targets: Vec::new(),
             discover_metrics: true,
             replicas: sim.replicas.max(1),
-            time_scale: sim.time_scale,
+            // `auto` never gets here: cluster_unsupported refuses it with the spec.
+            time_scale: sim.time_scale.fixed().unwrap_or(1.0),
             model,
             ..t
         }))

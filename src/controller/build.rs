@@ -493,7 +493,8 @@ pub fn simulated_target(
         "--replicas".to_owned(),
         sim.replicas.max(1).to_string(),
         "--time-scale".to_owned(),
-        sim.time_scale.to_string(),
+        // `auto` never gets here: cluster_unsupported refuses it with the spec.
+        sim.time_scale.fixed().unwrap_or(1.0).to_string(),
         "--stream-interval".to_owned(),
         sim.stream_interval.max(1).to_string(),
         "--cold-start-ms".to_owned(),
@@ -868,7 +869,7 @@ mod tests {
             preset: "qwen2.5-7b-h100".into(),
             overrides: BTreeMap::from([("prefix_caching".into(), serde_json::json!(true))]),
             replicas: 2,
-            time_scale: 25.0,
+            time_scale: crate::api::TimeScale::Fixed(25.0),
             stream_interval: 16,
         };
         let (deployment, service) =

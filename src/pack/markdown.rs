@@ -24,6 +24,7 @@ pub fn sweep_markdown(result: &BenchResult) -> String {
         repeats_sentence(result.repeats)
     );
     out.push_str(&target_section(&result.target, result.time_scale));
+    out.push_str(&calibration_section(result));
     out.push_str(&lateness_section(result));
     out.push_str(&gate_section(&result.gate));
     if result.modes.is_empty() {
@@ -99,6 +100,72 @@ fn target_section(target: &TargetFacts, time_scale: f64) -> String {
     let _ = writeln!(out, "- Replicas under test: {}", target.replicas);
     let _ = writeln!(out, "- GPUs per replica: {}", target.gpus_per_replica);
     let _ = writeln!(out, "- Time scale: {}\n", time_scale_words(time_scale));
+    out
+}
+
+/// How the simulated engine's time scale was checked (or, for `auto`, chosen) before the
+/// sweep: one row per probe; empty for a server that is not the simulated engine.
+fn calibration_section(result: &BenchResult) -> String {
+    let Some(c) = &result.calibration else {
+        return String::new();
+    };
+    let mut out = String::from(
+        "## Time-scale calibration
+
+",
+    );
+    let how = if c.requested == "auto" {
+        format!(
+            "`timeScale: auto` chose K = {}: the largest tried whose idle probe drifted at \
+             most {}% of the tightest cutoff, with frame lateness as low",
+            rate(c.chosen),
+            c.warn_fraction * 100.0
+        )
+    } else {
+        format!(
+            "`timeScale: {}` was probed idle before the sweep (refused over {}% of the \
+             tightest cutoff, warned over {}%)",
+            c.requested,
+            c.refuse_fraction * 100.0,
+            c.warn_fraction * 100.0
+        )
+    };
+    let _ = writeln!(
+        out,
+        "{how}. Each probe sends {} requests per class one at a time to a fresh engine and \
+         compares the median live TTFT and TPOT (model time) with the model's answer for the \
+         request alone; the tightest cutoffs are {} ms TTFT and {} ms/token TPOT.\n",
+        crate::bench::calibration::PROBES_PER_CLASS,
+        c.tightest_ttft_cutoff_ms,
+        c.tightest_tpot_cutoff_ms
+    );
+    out.push_str(
+        "| K | class | TTFT live / model (ms) | TPOT live / model (ms) | frame lateness P99 (ms) | worst drift |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for t in &c.trials {
+        for (i, p) in t.classes.iter().enumerate() {
+            let (lateness, drift) = if i == 0 {
+                (
+                    format!("{:.2}", t.lateness_p99_ms),
+                    format!("{:.1}%: {}", t.drift_fraction * 100.0, t.worst),
+                )
+            } else {
+                (String::new(), String::new())
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} / {:.2} | {:.3} / {:.3} | {lateness} | {drift} |",
+                rate(t.time_scale),
+                p.class,
+                p.live_ttft_ms,
+                p.model_ttft_ms,
+                p.live_tpot_ms,
+                p.model_tpot_ms
+            );
+        }
+    }
+    out.push('\n');
     out
 }
 

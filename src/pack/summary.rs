@@ -36,6 +36,14 @@ pub fn summary_text(result: &BenchResult) -> String {
     }
     let _ = writeln!(out, "{}", plan_line(result));
     let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
+    if let Some(t) = result.calibration.as_ref().and_then(|c| c.chosen_trial()) {
+        let _ = writeln!(
+            out,
+            "calibration: idle drift {:.1}% of the tightest cutoff ({})",
+            t.drift_fraction * 100.0,
+            t.worst
+        );
+    }
     if !result.warnings.is_empty() {
         let n = result.warnings.len();
         let s = if n == 1 { "" } else { "s" };

@@ -361,6 +361,7 @@ fn fixture(repeats: u32) -> BenchResult {
         plan,
         warnings: vec!["the warm pool is smaller than the KV cache".into()],
         failure_tests: Vec::new(),
+        calibration: None,
     }
 }
 

@@ -417,55 +417,91 @@ fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
     assert_eq!(real.modes[0].capacity_rps, scaled.modes[0].capacity_rps);
 }
 
+/// Runs `yaml` expecting `goodput bench` to refuse it; the error and what it left in `out`.
+fn run_refused(yaml: &str, out: &Path) -> String {
+    let loaded = parse_benchmark(yaml, Path::new("test-bench.yaml")).expect("benchmark parses");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let options = BenchOptions {
+        out: out.to_path_buf(),
+        progress: false,
+    };
+    match runtime.block_on(run_bench(
+        &loaded.benchmark,
+        &loaded.manifest,
+        &options,
+        stop_rx,
+    )) {
+        Ok(result) => panic!("the benchmark ran: {result:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// K = 500 asks one real microsecond to stand for half a model millisecond: no machine
-/// hands frames over that promptly, so the engine's lateness × K is far over the bound (10%
-/// of the 300 ms chat cutoff). A point that fails with that delay is refused as evidence
-/// instead of believed; one that passes with it would pass without it, and stands.
+/// serves a request through HTTP, the router and the client that promptly, so the idle
+/// calibration drifts far over 10% of the 300 ms chat cutoff and the benchmark is refused
+/// before any traffic, saying by how much and what to do.
 #[test]
-fn a_time_scale_too_large_for_the_machine_is_not_evidence() {
+fn a_time_scale_too_large_for_the_machine_is_refused() {
     let _guard = SERIAL.blocking_lock();
     let dir = tempfile::tempdir().expect("tempdir");
-    let result = run(
+    let error = run_refused(
         &benchmark(500.0, "    rateSweep: {rates: [1]}\n    cacheModes: [cold]"),
         dir.path(),
     );
-    let points = &result.modes[0].points;
-    let mut refused = 0;
-    for point in points {
-        let lateness = point
-            .engine_lateness
-            .expect("the simulated engine records its lateness");
-        assert_eq!(lateness.refuse_ms(), 30.0, "10% of the 300 ms chat cutoff");
-        let passed = point.report.capacity_gate_pass;
-        if lateness.refuses() && !passed {
-            refused += 1;
-            assert!(!point.valid, "{point:?}");
-            assert!(
-                point
-                    .validity_reasons
-                    .iter()
-                    .any(|r| r.contains("late at P99") && r.contains("lower timeScale")),
-                "{:?}",
-                point.validity_reasons
-            );
-        } else if passed {
-            assert!(point.valid, "a pass with lateness stands: {point:?}");
-        }
-    }
-    assert!(refused > 0, "no point was refused: {points:?}");
-    // The capacity rests on valid passes only.
-    let best = points
-        .iter()
-        .filter(|p| p.valid && p.report.capacity_gate_pass)
-        .map(|p| p.offered_rps)
-        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
-    assert_eq!(result.modes[0].capacity_rps, best);
-    let sweep = std::fs::read_to_string(dir.path().join("sweep.md")).expect("sweep.md");
-    let over = format!(
-        "is not evidence (lateness only raises latencies, so a pass stands): {refused} point(s)"
+    assert!(
+        error.contains("timeScale: 500 is too fast for this machine")
+            && error.contains("of the tightest cutoff")
+            && error.contains("set it to auto"),
+        "{error}"
     );
     assert!(
-        sweep.contains("Simulated engine fidelity") && sweep.contains(&over),
+        !dir.path().join("cold").exists(),
+        "no point ran before the refusal"
+    );
+}
+
+/// `timeScale: auto` probes K from 100 down and keeps the first whose idle drift is within
+/// 2% of the tightest cutoff: every K above it drifted further, the run used it, the pack
+/// says so, and no probe was faster than the model allows (the engine sleeps until each
+/// token's model time, so a live TTFT under the model's would be a bug).
+#[test]
+fn auto_time_scale_keeps_the_largest_k_this_machine_holds() {
+    let _guard = SERIAL.blocking_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = benchmark(1.0, "    rateSweep: {rates: [20]}\n    cacheModes: [cold]")
+        .replace("timeScale: 1,", "timeScale: auto,");
+    assert!(yaml.contains("timeScale: auto"), "{yaml}");
+    let result = run(&yaml, dir.path());
+    let c = result.calibration.as_ref().expect("a calibration");
+    assert_eq!(c.requested, "auto");
+    assert_eq!(result.time_scale, c.chosen);
+    let (last, above) = c.trials.split_last().expect("at least one trial");
+    assert_eq!(last.time_scale, c.chosen);
+    assert!(last.within(c.warn_fraction) || c.chosen == 1.0, "{last:?}");
+    for t in above {
+        assert!(!t.within(c.warn_fraction), "{t:?} was within");
+        assert!(t.time_scale > c.chosen);
+    }
+    for t in &c.trials {
+        assert_eq!(t.classes.len(), 2, "{t:?}");
+        for p in &t.classes {
+            assert_eq!((p.probes, p.failed), (5, 0), "{p:?}");
+            assert!(
+                p.live_ttft_ms >= p.model_ttft_ms - 0.05,
+                "K = {}: live TTFT under the model's: {p:?}",
+                t.time_scale
+            );
+        }
+    }
+    let sweep = std::fs::read_to_string(dir.path().join("sweep.md")).expect("sweep.md");
+    assert!(
+        sweep.contains("## Time-scale calibration")
+            && sweep.contains(&format!("`timeScale: auto` chose K = {}", c.chosen)),
         "{sweep}"
     );
 }
