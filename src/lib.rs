@@ -12,6 +12,8 @@ pub mod bench;
 pub mod controller;
 pub mod engine_metrics;
 pub mod failure;
+/// The fuzz targets' bodies, one per input parser (run by `fuzz/` and `tests/it/fuzz.rs`).
+pub mod fuzzing;
 pub mod gitops;
 pub mod http_client;
 pub mod loadgen;

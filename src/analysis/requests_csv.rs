@@ -331,13 +331,17 @@ impl Row<'_> {
         }
     }
 
-    /// A non-negative whole number.
+    /// A token count: a whole number from 0 to [`u32::MAX`], as engines count tokens (a
+    /// larger one would overflow the class's token total instead of meaning anything).
     fn count(&self, index: usize) -> Result<u64, CsvError> {
         let text = self.text(index)?;
-        text.parse::<u64>().map_err(|_| {
+        text.parse::<u32>().map(u64::from).map_err(|_| {
             self.error(
                 index,
-                format!("`{text}` is not a non-negative whole number"),
+                format!(
+                    "`{text}` is not a token count (a whole number from 0 to {})",
+                    u32::MAX
+                ),
             )
         })
     }
@@ -357,5 +361,49 @@ impl Row<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::ClassSlo;
+
+    fn summary() -> PointSummary {
+        PointSummary::new(GateConfig {
+            classes: vec![ClassSlo {
+                name: "chat".into(),
+                ttft_cutoff_ms: 1000.0,
+                tpot_cutoff_ms: 40.0,
+            }],
+            ..GateConfig::default()
+        })
+    }
+
+    /// Found with the `requests_csv` fuzz target: two rows of 2^64 - 1 output tokens
+    /// overflowed the class's token total (a panic in a debug build, a wrong total in
+    /// release).
+    #[test]
+    fn token_counts_past_u32_are_a_row_error() {
+        let csv = "request_id,class,ttft_ms,tpot_ms,e2e_ms,output_tokens,status\n\
+                   a,chat,1,2,3,4294967295,ok\n\
+                   b,chat,1,2,3,18446744073709551615,ok\n";
+        let mut s = summary();
+        let err = read_requests(csv.as_bytes(), Path::new("r.csv"), &mut s)
+            .expect_err("the second row is refused");
+        assert_eq!(
+            err.to_string(),
+            "r.csv:3: column 6 (output_tokens): `18446744073709551615` is not a token count \
+             (a whole number from 0 to 4294967295)"
+        );
+        // Many rows at the largest count add up without overflow.
+        let mut csv =
+            String::from("request_id,class,ttft_ms,tpot_ms,e2e_ms,output_tokens,status\n");
+        for i in 0..3 {
+            csv.push_str(&format!("r{i},chat,1,2,3,4294967295,ok\n"));
+        }
+        let mut s = summary();
+        read_requests(csv.as_bytes(), Path::new("r.csv"), &mut s).expect("rows read");
+        assert!(s.finish(60.0, QueueTrend::Flat).is_ok());
     }
 }

@@ -350,7 +350,7 @@ fn resolve_manifest(
     }
     let base = benchmark_path.parent().unwrap_or(Path::new(""));
     let full = base.join(file);
-    let yaml = match std::fs::read_to_string(&full) {
+    let yaml = match read_manifest_file(&full) {
         Ok(yaml) => yaml,
         Err(e) => {
             return error(
@@ -369,6 +369,30 @@ fn resolve_manifest(
             format!("{}: {message}", full.display()),
         ),
     }
+}
+
+/// Largest `manifestFile` read: a manifest is a few kilobytes.
+const MAX_MANIFEST_FILE_BYTES: u64 = 4 << 20;
+
+/// The text of a `manifestFile`: a regular file (a device such as `/dev/zero` or a FIFO
+/// would be read without end, or block) of at most [`MAX_MANIFEST_FILE_BYTES`].
+fn read_manifest_file(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    // Checked before opening: opening a FIFO for reading blocks until a writer comes.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_MANIFEST_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_MANIFEST_FILE_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {} MiB", MAX_MANIFEST_FILE_BYTES >> 20),
+        ));
+    }
+    Ok(text)
 }
 
 /// The type-identifying fields, checked before the whole document so that another kind of
@@ -994,6 +1018,17 @@ mod tests {
             format!("{head}    manifestFile: no-such-manifest.yaml\n  experiments:\n{tail}");
         let loaded = parse(&missing).unwrap();
         assert_eq!(paths(loaded.errors()), ["spec.workload.manifestFile"]);
+
+        // Found with the `benchmark_yaml` fuzz target: a manifestFile that is a device was read
+        // without end (`/dev/zero`: memory without bound) or blocked; it is refused at once.
+        #[cfg(unix)]
+        for device in ["/dev/zero", "/dev/null", "/"] {
+            let text = format!("{head}    manifestFile: {device}\n  experiments:\n{tail}");
+            let loaded = parse(&text).unwrap();
+            assert_eq!(paths(loaded.errors()), ["spec.workload.manifestFile"]);
+            let message = &loaded.errors().next().unwrap().message;
+            assert!(message.contains("not a regular file"), "{message}");
+        }
 
         let none = format!("{head}    {{}}\n  experiments:\n{tail}")
             .replace("  workload:\n    {}", "  workload: {}");

@@ -183,18 +183,30 @@ impl WorkloadManifest {
 /// Exact per-class request counts for `total` requests split by `mixes` (largest-remainder
 /// method). Quotas that are whole numbers up to float noise (0.7 × 22,000 is
 /// 15,399.999999999998 in binary) count as whole; leftover requests go to the largest
-/// remainders, ties to the earlier class. The counts always sum to `total`.
+/// remainders, ties to the earlier class (round after round, when mixes that do not quite
+/// sum to 1 leave more than one per class). The counts sum to `total` whenever the mixes
+/// sum to at most 1; the work is linear in the classes, whatever `total`.
 pub fn stratified_counts(mixes: &[f64], total: u64) -> Vec<u64> {
     const WHOLE: f64 = 1e-6;
     let quotas: Vec<f64> = mixes.iter().map(|m| m * total as f64).collect();
     let mut counts: Vec<u64> = quotas.iter().map(|q| (q + WHOLE).floor() as u64).collect();
-    let assigned: u64 = counts.iter().sum();
+    // Saturating: quotas near u64::MAX can round past `total` in binary.
+    let assigned = counts.iter().fold(0u64, |sum, &c| sum.saturating_add(c));
     let mut order: Vec<usize> = (0..mixes.len()).collect();
     let remainder = |i: usize| quotas[i] - counts[i] as f64;
     order.sort_by(|&a, &b| remainder(b).total_cmp(&remainder(a)).then(a.cmp(&b)));
-    let left = total.saturating_sub(assigned) as usize;
-    for k in 0..if order.is_empty() { 0 } else { left } {
-        counts[order[k % order.len()]] += 1;
+    if order.is_empty() {
+        return counts;
+    }
+    // Handing out the leftover one at a time in `order`, round after round, gives every
+    // class `rounds` and the first `extra` one more: done in one step, as `left` can be
+    // near `total` (mixes summing to 1 - 1e-9 of 10^19 requests leave 10^10).
+    let left = total.saturating_sub(assigned);
+    let n = order.len() as u64;
+    let (rounds, extra) = (left / n, left % n);
+    for (k, &i) in order.iter().enumerate() {
+        // `assigned + left` is at most `total`, so no count can pass it.
+        counts[i] += rounds + u64::from((k as u64) < extra);
     }
     counts
 }
@@ -230,6 +242,22 @@ mod tests {
             vec![34, 33, 33]
         );
         assert_eq!(stratified_counts(&[0.7, 0.2, 0.1], 0), vec![0, 0, 0]);
+    }
+
+    /// Found while writing the `manifest_yaml` fuzz target: validation computes the counts
+    /// of `initial_scheduled_requests`, and a huge one made the leftover loop run ~10^10
+    /// times (mixes just under 1) or the sum of the counts overflow.
+    #[test]
+    fn stratified_counts_of_huge_totals_are_immediate_and_never_overflow() {
+        // Mixes within the validator's tolerance of 1, but under it.
+        let mixes = [0.7, 0.2, 0.1 - 5e-10];
+        let counts = stratified_counts(&mixes, 1 << 62);
+        assert_eq!(counts.iter().sum::<u64>(), 1 << 62);
+        let counts = stratified_counts(&[0.5, 0.5], u64::MAX);
+        assert!(counts.iter().all(|&c| c <= u64::MAX / 2 + 1), "{counts:?}");
+        // The round-robin result for small leftovers is unchanged.
+        assert_eq!(stratified_counts(&[0.25, 0.25, 0.25], 10), vec![4, 3, 3]);
+        assert_eq!(stratified_counts(&[0.1, 0.1], 25), vec![13, 12]);
     }
 
     fn seed_with(edit: impl FnOnce(&mut WorkloadManifest)) -> Vec<Finding> {
@@ -290,6 +318,33 @@ mod tests {
             m.client.class_schedule_counts.remove("generation_heavy");
         });
         assert!(paths(&f).contains(&"client.class_schedule_counts.generation_heavy"));
+    }
+
+    /// Found with the `manifest_yaml` fuzz target: counts whose sum passes u64::MAX panicked
+    /// (overflow) in validation instead of being reported.
+    #[test]
+    fn schedule_counts_summing_past_u64_are_a_finding() {
+        let yaml =
+            SEED_MANIFEST_YAML.replace("interactive: 15400,", "interactive: 18446744073709551615,");
+        let Err(ManifestError::Invalid { findings, .. }) =
+            parse_manifest(&yaml, Path::new("m.yaml"))
+        else {
+            panic!("the manifest must be invalid");
+        };
+        let f = findings
+            .iter()
+            .find(|f| f.path == "client.class_schedule_counts")
+            .expect("a finding about the counts");
+        assert!(f.message.contains("18446744073709558215"), "{f}");
+        // A huge total with consistent counts validates at once (no per-request work).
+        let yaml = SEED_MANIFEST_YAML
+            .replace("22000", "2200000000000000000")
+            .replace(
+                "{interactive: 15400, long_context: 4400, generation_heavy: 2200}",
+                "{interactive: 1540000000000000000, long_context: 440000000000000000, \
+                 generation_heavy: 220000000000000000}",
+            );
+        assert!(parse_manifest(&yaml, Path::new("m.yaml")).is_ok());
     }
 
     #[test]

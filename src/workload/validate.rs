@@ -188,8 +188,10 @@ fn validate_classes(m: &WorkloadManifest, out: &mut Findings) {
             );
         }
     }
-    let total: u64 = counts.values().sum();
-    if total != m.client.initial_scheduled_requests {
+    // Summed wide: counts near u64::MAX must not overflow the sum.
+    let total: u128 = counts.values().map(|&c| u128::from(c)).sum();
+    let total_matches = total == u128::from(m.client.initial_scheduled_requests);
+    if !total_matches {
         out.error(
             "client.class_schedule_counts",
             format!(
@@ -210,7 +212,7 @@ fn validate_classes(m: &WorkloadManifest, out: &mut Findings) {
             continue;
         };
         if let Some(expected) = &expected
-            && total == m.client.initial_scheduled_requests
+            && total_matches
             && count != expected[i]
         {
             out.error(

@@ -22,6 +22,7 @@ mod cli;
 mod crd;
 mod examples;
 mod forge;
+mod fuzz;
 mod git;
 mod handoff;
 mod lease;
