@@ -37,6 +37,12 @@ fn run(yaml: &str, out: &Path) -> BenchResult {
     let loaded = parse_benchmark(yaml, Path::new("test-bench.yaml")).expect("benchmark parses");
     let errors: Vec<String> = loaded.errors().map(|f| f.to_string()).collect();
     assert!(errors.is_empty(), "lint errors: {errors:?}");
+    bench(yaml, out).expect("bench runs")
+}
+
+/// `goodput bench` on `yaml`, writing its pack into `out`.
+fn bench(yaml: &str, out: &Path) -> Result<BenchResult, goodput::bench::BenchError> {
+    let loaded = parse_benchmark(yaml, Path::new("test-bench.yaml")).expect("benchmark parses");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -47,14 +53,12 @@ fn run(yaml: &str, out: &Path) -> BenchResult {
         out: out.to_path_buf(),
         progress: false,
     };
-    runtime
-        .block_on(run_bench(
-            &loaded.benchmark,
-            &loaded.manifest,
-            &options,
-            stop_rx,
-        ))
-        .expect("bench runs")
+    runtime.block_on(run_bench(
+        &loaded.benchmark,
+        &loaded.manifest,
+        &options,
+        stop_rx,
+    ))
 }
 
 /// `goodput simulate --find-max-rate` for the same preset and mix (cold: no prefix pool).
@@ -417,30 +421,6 @@ fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
     assert_eq!(real.modes[0].capacity_rps, scaled.modes[0].capacity_rps);
 }
 
-/// Runs `yaml` expecting `goodput bench` to refuse it; the error and what it left in `out`.
-fn run_refused(yaml: &str, out: &Path) -> String {
-    let loaded = parse_benchmark(yaml, Path::new("test-bench.yaml")).expect("benchmark parses");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let options = BenchOptions {
-        out: out.to_path_buf(),
-        progress: false,
-    };
-    match runtime.block_on(run_bench(
-        &loaded.benchmark,
-        &loaded.manifest,
-        &options,
-        stop_rx,
-    )) {
-        Ok(result) => panic!("the benchmark ran: {result:?}"),
-        Err(e) => e.to_string(),
-    }
-}
-
 /// K = 500 asks one real microsecond to stand for half a model millisecond: no machine
 /// serves a request through HTTP, the router and the client that promptly, so the idle
 /// calibration drifts far over 10% of the 300 ms chat cutoff and the benchmark is refused
@@ -449,10 +429,13 @@ fn run_refused(yaml: &str, out: &Path) -> String {
 fn a_time_scale_too_large_for_the_machine_is_refused() {
     let _guard = SERIAL.blocking_lock();
     let dir = tempfile::tempdir().expect("tempdir");
-    let error = run_refused(
+    let error = match bench(
         &benchmark(500.0, "    rateSweep: {rates: [1]}\n    cacheModes: [cold]"),
         dir.path(),
-    );
+    ) {
+        Ok(result) => panic!("the benchmark ran: {result:?}"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         error.contains("timeScale: 500 is too fast for this machine")
             && error.contains("of the tightest cutoff")
