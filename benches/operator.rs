@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use goodput::api::conditions::{self, Status as Cond, reason};
 use goodput::api::{
-    CacheModeName, CapacityBenchmark, CapacityBenchmarkStatus, FinishedPoint, ModeCapacity, Phase,
+    CacheMode, CapacityBenchmark, CapacityBenchmarkStatus, FinishedPoint, ModeCapacity, Phase,
     PointKind, ResolvedIdentity,
 };
 use goodput::controller::build;
@@ -131,7 +131,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
     };
     let mut points = Vec::new();
     let mut capacity = BTreeMap::new();
-    for (m, (cache, knee)) in [(CacheModeName::Cold, 8.0), (CacheModeName::Warm, 10.0)]
+    for (m, (cache, knee)) in [(CacheMode::Cold, 8.0), (CacheMode::Warm, 10.0)]
         .into_iter()
         .enumerate()
     {
@@ -190,7 +190,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
             });
         }
     }
-    let modes: Vec<ModeCapacity> = [CacheModeName::Cold, CacheModeName::Warm]
+    let modes: Vec<ModeCapacity> = [CacheMode::Cold, CacheMode::Warm]
         .into_iter()
         .enumerate()
         .map(|(m, cache)| ModeCapacity {

@@ -1,9 +1,13 @@
 //! goodput: SLO-driven capacity management for GPU LLM inference.
 //!
 //! The crate is a pure core (`workload`, `analysis`, `planning`) wrapped by shells that do
-//! IO: the `goodput` binary's subcommands today, the operator and the load generator later.
-//! Each formula (TPOT, attainment, nearest-rank percentile, replicas) has exactly one
-//! definition here, and every shell calls it.
+//! IO: the load generator (`loadgen`), the simulated engine (`sim`), the local benchmark
+//! (`bench`, rendered by `pack`), the operator (`controller`, `gitops`) and the `goodput`
+//! binary's subcommands. Each formula (TPOT, attainment, nearest-rank percentile, replicas)
+//! has exactly one definition here, and every shell calls it.
+
+// Two calls into libc need it (each with its SAFETY comment); nothing else may.
+#![deny(unsafe_code)]
 
 pub mod alerts;
 pub mod analysis;

@@ -1,5 +1,7 @@
 //! The `goodput` binary: one subcommand per role, each a thin shell over the library.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

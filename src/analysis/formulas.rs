@@ -52,6 +52,16 @@ pub fn nearest_rank_many(values: &mut [f64], ps: &[f64]) -> Vec<Option<f64>> {
     out
 }
 
+/// The mean of the finite values, if any (non-finite ones, such as a missing figure's NaN,
+/// are left out).
+pub fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
 /// Time per output token of one request: `(e2e − ttft) / (output_tokens − 1)`, defined only
 /// for more than one output token.
 pub fn tpot_ms(ttft_ms: f64, e2e_ms: f64, output_tokens: u64) -> Option<f64> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::gate::{GateConfig, GateReason, QueueTrend, Verdict};
+use super::gate::{GateConfig, GateReason, GateRule, QueueTrend, Verdict};
 
 /// The fields of `slo-report.json` the capacity pack requires at the top level.
 pub const REQUIRED_REPORT_FIELDS: [&str; 12] = [
@@ -288,4 +288,78 @@ impl PointReport {
         }
         out
     }
+}
+
+/// Every reason `report` fails the gate under `config`'s thresholds, in a stable order
+/// (classes by name, then errors, then queue). Reads only the report's required fields, so
+/// it also explains reports written by other tools.
+pub fn gate_reasons(report: &PointReport, config: &GateConfig) -> Vec<GateReason> {
+    let mut reasons = Vec::new();
+    for (name, class) in &report.classes {
+        let reason = |rule, message| GateReason {
+            rule,
+            class: Some(name.clone()),
+            message,
+        };
+        if class.successful_count == 0 {
+            reasons.push(reason(
+                GateRule::Attainment,
+                format!("class {name}: no successful requests"),
+            ));
+            continue;
+        }
+        if !class.sample_adequate {
+            reasons.push(reason(
+                GateRule::SampleSize,
+                format!(
+                    "class {name}: {} successes, below the minimum of {} (exploratory)",
+                    class.successful_count, config.min_successes_per_class
+                ),
+            ));
+        }
+        if let Some(a) = class.attainment
+            && a < config.attainment_min
+        {
+            reasons.push(reason(
+                GateRule::Attainment,
+                format!(
+                    "class {name}: attainment {:.1}% ({} of {}) below {:.1}%",
+                    a * 100.0,
+                    class.passing_count,
+                    class.successful_count,
+                    config.attainment_min * 100.0
+                ),
+            ));
+        }
+    }
+    match report.error_rate {
+        None => reasons.push(GateReason {
+            rule: GateRule::ErrorRate,
+            class: None,
+            message: "no requests were attempted".into(),
+        }),
+        Some(rate) if rate > config.error_rate_max => reasons.push(GateReason {
+            rule: GateRule::ErrorRate,
+            class: None,
+            message: format!(
+                "error rate {:.2}% ({} of {}) above {:.2}%",
+                rate * 100.0,
+                report.failed,
+                report.attempted,
+                config.error_rate_max * 100.0
+            ),
+        }),
+        Some(_) => {}
+    }
+    if report.queue_trend != config.queue_trend_required {
+        reasons.push(GateReason {
+            rule: GateRule::QueueTrend,
+            class: None,
+            message: format!(
+                "queue trend {} (required {})",
+                report.queue_trend, config.queue_trend_required
+            ),
+        });
+    }
+    reasons
 }

@@ -9,8 +9,8 @@ use super::formulas::{
     PERCENTILE_ALGORITHM, attainment, error_rate, meets_slo, nearest_rank_many, tpot_ms,
     wilson_lower_95,
 };
-use super::gate::{GateConfig, QueueTrend, gate_reasons, verdict};
-use super::report::{ClassReport, GateThresholds, ItlReport, PointReport};
+use super::gate::{GateConfig, QueueTrend, verdict};
+use super::report::{ClassReport, GateThresholds, ItlReport, PointReport, gate_reasons};
 
 /// Why a summary could not be finished or merged.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -501,7 +501,7 @@ pub struct Experiments {
     pub rate_sweep: Option<RateSweep>,
     /// Cache states, each swept and reported separately (never averaged).
     #[serde(default = "default_cache_modes")]
-    pub cache_modes: Vec<CacheModeName>,
+    pub cache_modes: Vec<CacheMode>,
     /// Shared prefixes of the warm cache.
     #[serde(default)]
     pub warm_pool: WarmPool,
@@ -536,8 +536,8 @@ impl Default for Experiments {
     }
 }
 
-fn default_cache_modes() -> Vec<CacheModeName> {
-    vec![CacheModeName::Cold]
+fn default_cache_modes() -> Vec<CacheMode> {
+    vec![CacheMode::Cold]
 }
 
 fn default_max_blocks() -> u32 {
@@ -623,26 +623,38 @@ fn default_high() -> f64 {
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "camelCase")]
-pub enum CacheModeName {
+pub enum CacheMode {
     /// Unique prompts: the prefix cache has nothing to reuse.
     Cold,
     /// A pinned pool of shared prefixes, prewarmed before each point.
     Warm,
 }
 
-impl CacheModeName {
+impl CacheMode {
     /// `cold` / `warm`: the name in labels, folders and Job names.
     pub fn as_str(self) -> &'static str {
         match self {
-            CacheModeName::Cold => "cold",
-            CacheModeName::Warm => "warm",
+            CacheMode::Cold => "cold",
+            CacheMode::Warm => "warm",
         }
     }
 }
 
-impl std::fmt::Display for CacheModeName {
+impl std::fmt::Display for CacheMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for CacheMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cold" => Ok(CacheMode::Cold),
+            "warm" => Ok(CacheMode::Warm),
+            _ => Err(format!("`{s}` is not a cache mode: cold or warm")),
+        }
     }
 }
 
@@ -701,7 +713,7 @@ pub struct PeakForecast {
     pub target_utilization: Option<f64>,
     /// Cache state the plan uses. Default: the lowest capacity among the cache modes run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_mode: Option<CacheModeName>,
+    pub cache_mode: Option<CacheMode>,
 }
 
 /// A latency statistic shown in reports.

@@ -6,7 +6,7 @@
 //! reports) and flags ones that probably do not measure what the user expects.
 
 use super::{
-    CacheModeName, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, TimeScale,
+    CacheMode, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, TimeScale,
     WorkloadSource,
 };
 use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
@@ -423,7 +423,7 @@ impl Lint {
                 );
             }
         }
-        let cold = e.cache_modes.contains(&CacheModeName::Cold);
+        let cold = e.cache_modes.contains(&CacheMode::Cold);
         match e.cold_prompts {
             ColdPrompts::Repeated if cold => self.error(
                 "spec.experiments.coldPrompts",
@@ -792,13 +792,13 @@ fn simulated_setup(sim: &SimulatedTarget, out: Option<&mut Lint>) -> Option<Setu
 
 /// Whether the warm cache mode is asked for.
 fn wants_warm(spec: &CapacityBenchmarkSpec) -> bool {
-    spec.experiments.cache_modes.contains(&CacheModeName::Warm)
+    spec.experiments.cache_modes.contains(&CacheMode::Warm)
 }
 
-fn mode_name(mode: CacheModeName) -> &'static str {
+fn mode_name(mode: CacheMode) -> &'static str {
     match mode {
-        CacheModeName::Cold => "cold",
-        CacheModeName::Warm => "warm",
+        CacheMode::Cold => "cold",
+        CacheMode::Warm => "warm",
     }
 }
 
@@ -1029,7 +1029,7 @@ mod tests {
             s.peak = Some(PeakForecast {
                 rps: 36.0,
                 target_utilization: Some(0.75),
-                cache_mode: Some(CacheModeName::Cold),
+                cache_mode: Some(CacheMode::Cold),
             });
         });
         assert!(f.is_empty(), "{f:?}");
@@ -1121,7 +1121,7 @@ mod tests {
         let f = lint_with(|s, _| s.experiments.cold_prompts = ColdPrompts::Repeated);
         assert_eq!(errors(&f), ["spec.experiments.coldPrompts"]);
         let f = lint_with(|s, m| {
-            s.experiments.cache_modes = vec![CacheModeName::Cold, CacheModeName::Warm];
+            s.experiments.cache_modes = vec![CacheMode::Cold, CacheMode::Warm];
             s.experiments.warm_pool.prefix_tokens = 256;
             m.engine.prefix_cache = Toggle::Disabled;
         });
@@ -1135,7 +1135,7 @@ mod tests {
             ]
         );
         let f = lint_with(|s, _| {
-            s.experiments.cache_modes = vec![CacheModeName::Warm];
+            s.experiments.cache_modes = vec![CacheMode::Warm];
             s.target.simulated = Some(SimulatedTarget {
                 overrides: [("prefix_caching".into(), serde_json::Value::Bool(true))].into(),
                 ..SimulatedTarget::default()
@@ -1312,13 +1312,13 @@ mod tests {
                 low_fraction: 0.8,
                 high_fraction: 0.8,
             });
-            e.cache_modes = vec![CacheModeName::Cold, CacheModeName::Cold];
+            e.cache_modes = vec![CacheMode::Cold, CacheMode::Cold];
             e.max_blocks = 0;
             e.max_lag_ms = 0.0;
             s.peak = Some(PeakForecast {
                 rps: 0.0,
                 target_utilization: Some(1.5),
-                cache_mode: Some(CacheModeName::Warm),
+                cache_mode: Some(CacheMode::Warm),
             });
         });
         assert_eq!(

@@ -8,7 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{CacheModeName, ServiceTarget, WorkloadSource};
+use super::{CacheMode, ServiceTarget, WorkloadSource};
 
 /// A serving plan: replicas for a forecast peak from measured capacity.
 // Clippy reads the columns' repeated `type_ = "..."` as one attribute given twice: they are
@@ -354,7 +354,7 @@ pub struct BenchmarkRef {
     /// The cache mode whose capacity to use. Default: the lowest capacity among the modes
     /// the benchmark ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_mode: Option<CacheModeName>,
+    pub cache_mode: Option<CacheMode>,
 }
 
 /// The forecast peak: exactly one of `rps` and `prometheus`.
@@ -638,7 +638,7 @@ pub struct PlanEvidence {
     pub generation: Option<i64>,
     /// The cache mode whose capacity is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_mode: Option<CacheModeName>,
+    pub cache_mode: Option<CacheMode>,
     /// The capacity point: the highest passing offered rate (requests per second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_rps: Option<f64>,

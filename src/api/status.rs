@@ -15,7 +15,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::CacheModeName;
+use super::CacheMode;
 
 /// What the operator (or `goodput bench`) found.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
@@ -104,7 +104,7 @@ pub struct CurrentPoint {
     #[serde(default)]
     pub label: String,
     /// The cache state.
-    pub cache: CacheModeName,
+    pub cache: CacheMode,
     /// Saturation (closed loop) or rate (open loop).
     pub kind: PointKind,
     /// Requests in flight (saturation points).
@@ -137,7 +137,7 @@ fn is_zero(n: &u32) -> bool {
 #[serde(rename_all = "camelCase")]
 pub struct FinishedPoint {
     /// The cache state.
-    pub cache: CacheModeName,
+    pub cache: CacheMode,
     /// Saturation (closed loop) or rate (open loop).
     pub kind: PointKind,
     /// Requests in flight (saturation points).
@@ -257,7 +257,7 @@ fn cut(text: String, max: usize) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ModeCapacity {
     /// The cache state.
-    pub cache: CacheModeName,
+    pub cache: CacheMode,
     /// Highest passing offered rate (requests per second); absent when no rate passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_rps: Option<f64>,

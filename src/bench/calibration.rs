@@ -40,6 +40,9 @@ pub const REFUSE_FRACTION: f64 = super::fidelity::LATENESS_REFUSE_FRACTION;
 /// Idle probes per class at each K.
 pub const PROBES_PER_CLASS: u32 = 5;
 
+/// Further rounds of probes a fixed K gets before it is refused (judged on the last).
+pub const REFUSAL_RETRIES: u32 = 1;
+
 /// Unmeasured requests before the probes at each K.
 pub const WARMUP_REQUESTS: u32 = 2;
 
@@ -130,14 +133,18 @@ pub struct Calibration {
     pub tightest_ttft_cutoff_ms: f64,
     /// The tightest TPOT cutoff (ms per token): TPOT drift is a fraction of it.
     pub tightest_tpot_cutoff_ms: f64,
-    /// The probes, in the order run (for `auto`, largest K first).
+    /// The probes, in the order run (for `auto`, largest K first; a fixed K over the
+    /// refusal bound has a second round).
     pub trials: Vec<Trial>,
 }
 
 impl Calibration {
-    /// The trial of the chosen K.
+    /// The trial of the chosen K (its last round, when a fixed K was probed again).
     pub fn chosen_trial(&self) -> Option<&Trial> {
-        self.trials.iter().find(|t| t.time_scale == self.chosen)
+        self.trials
+            .iter()
+            .rev()
+            .find(|t| t.time_scale == self.chosen)
     }
 
     /// A warning for the pack when the chosen K drifts over the warning bound.
@@ -458,6 +465,13 @@ mod tests {
         );
         // auto never refuses: it chose the smallest K it had.
         assert!(calibration("auto", 0.5).refusal().is_none());
+        // A fixed K probed twice is judged on its second round, whichever way it went.
+        let mut c = calibration("25", 0.15);
+        c.trials.push(trial(25.0, 0.03));
+        assert!(c.refusal().is_none(), "a first round spoilt by a hiccup");
+        let mut c = calibration("25", 0.03);
+        c.trials.push(trial(25.0, 0.15));
+        assert!(c.refusal().is_some(), "the second round decides");
     }
 
     #[test]

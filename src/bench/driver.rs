@@ -16,7 +16,7 @@
 
 use super::sweep;
 use crate::analysis::{GateConfig, PointReport};
-use crate::api::{CacheModeName, CapacityBenchmarkSpec, PeakForecast};
+use crate::api::{CacheMode, CapacityBenchmarkSpec, PeakForecast};
 use crate::planning::{
     CapacitySelection, PlanError, PlanInput, ReplicaPlan, SweepPoint, plan_replicas,
     select_capacity,
@@ -28,7 +28,7 @@ use crate::workload::hashing::mix64;
 #[derive(Clone, Debug, PartialEq)]
 pub struct SweepPlan {
     /// Cache modes, each swept on its own, in this order.
-    pub cache_modes: Vec<CacheModeName>,
+    pub cache_modes: Vec<CacheMode>,
     /// The closed-loop levels, if a saturation sweep runs.
     pub saturation: Option<SaturationPlan>,
     /// Where the open-loop rates come from.
@@ -107,14 +107,14 @@ pub enum PointKey {
     /// A closed-loop level.
     Saturation {
         /// Cache mode.
-        cache: CacheModeName,
+        cache: CacheMode,
         /// Requests in flight.
         concurrency: u32,
     },
     /// An open-loop rate, one repeat.
     Rate {
         /// Cache mode.
-        cache: CacheModeName,
+        cache: CacheMode,
         /// Offered arrival rate (requests per second, real time).
         rate: f64,
         /// Repeat index (0-based).
@@ -124,7 +124,7 @@ pub enum PointKey {
 
 impl PointKey {
     /// The point's cache mode.
-    pub fn cache(&self) -> CacheModeName {
+    pub fn cache(&self) -> CacheMode {
         match self {
             PointKey::Saturation { cache, .. } | PointKey::Rate { cache, .. } => *cache,
         }
@@ -277,7 +277,7 @@ pub struct ModeDecision {
 }
 
 /// Replays one cache mode's decisions from the records.
-pub fn decide_mode(plan: &SweepPlan, cache: CacheModeName, recorded: &[Recorded]) -> ModeDecision {
+pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) -> ModeDecision {
     let mut decision = ModeDecision {
         knee: None,
         proposed_rates: Vec::new(),
@@ -470,8 +470,8 @@ pub fn conclude_mode(
 /// the modes that found one (the conservative plan).
 pub fn plan_cache_mode(
     peak: Option<&PeakForecast>,
-    capacities: &[(CacheModeName, Option<f64>)],
-) -> Option<CacheModeName> {
+    capacities: &[(CacheMode, Option<f64>)],
+) -> Option<CacheMode> {
     peak.and_then(|p| p.cache_mode).or_else(|| {
         capacities
             .iter()
@@ -532,7 +532,7 @@ mod tests {
         panic!("the driver did not finish in 1000 steps");
     }
 
-    fn plan(rates: RateSource, repeats: u32, modes: Vec<CacheModeName>) -> SweepPlan {
+    fn plan(rates: RateSource, repeats: u32, modes: Vec<CacheMode>) -> SweepPlan {
         SweepPlan {
             cache_modes: modes,
             saturation: Some(SaturationPlan {
@@ -554,7 +554,7 @@ mod tests {
                 points: 5,
             },
             1,
-            vec![CacheModeName::Cold],
+            vec![CacheMode::Cold],
         )
     }
 
@@ -586,7 +586,7 @@ mod tests {
                 "cold rate 19.8",
             ]
         );
-        let d = decide_mode(&knee_plan(), CacheModeName::Cold, &ran);
+        let d = decide_mode(&knee_plan(), CacheMode::Cold, &ran);
         assert_eq!(d.knee, Some(16));
         assert_eq!(d.pending, None);
         assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
@@ -598,7 +598,7 @@ mod tests {
         let plan = plan(
             RateSource::Fixed(vec![5.0, 10.0, 15.0]),
             2,
-            vec![CacheModeName::Cold, CacheModeName::Warm],
+            vec![CacheMode::Cold, CacheMode::Warm],
         );
         let oracle = Oracle {
             capacity: 11.0,
@@ -608,11 +608,7 @@ mod tests {
         let ran = run(&plan, oracle, Vec::new());
         // Per mode: 4 levels, 3 rates × 2 repeats.
         assert_eq!(ran.len(), 2 * (4 + 6));
-        assert!(
-            ran[..10]
-                .iter()
-                .all(|r| r.key.cache() == CacheModeName::Cold)
-        );
+        assert!(ran[..10].iter().all(|r| r.key.cache() == CacheMode::Cold));
         assert_eq!(ran[5].key.label(), "cold rate 5 r2");
         assert_eq!(
             ran[5].key.seed(plan.seed),
@@ -624,11 +620,7 @@ mod tests {
 
     #[test]
     fn every_rate_failing_extends_downwards() {
-        let plan = plan(
-            RateSource::Fixed(vec![8.0, 10.0]),
-            1,
-            vec![CacheModeName::Cold],
-        );
+        let plan = plan(RateSource::Fixed(vec![8.0, 10.0]), 1, vec![CacheMode::Cold]);
         let oracle = Oracle {
             capacity: 3.0,
             per_slot: 1.0,
@@ -656,7 +648,7 @@ mod tests {
         };
         let ran = run(&plan, oracle, Vec::new());
         assert_eq!(ran.len(), 4);
-        let d = decide_mode(&plan, CacheModeName::Cold, &ran);
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
         assert_eq!(d.knee, Some(8));
         assert!(d.rates.is_empty());
     }
@@ -664,20 +656,20 @@ mod tests {
     #[test]
     fn a_rate_that_went_through_json_still_finds_its_point() {
         let key = PointKey::Rate {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             rate: 0.1 + 0.2,
             repeat: 0,
         };
         let through_json: f64 =
             serde_json::from_str(&serde_json::to_string(&(0.1 + 0.2)).unwrap()).expect("a float");
         let other = PointKey::Rate {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             rate: through_json * (1.0 + 1e-12),
             repeat: 0,
         };
         assert!(key.same(&other));
         assert!(!key.same(&PointKey::Rate {
-            cache: CacheModeName::Warm,
+            cache: CacheMode::Warm,
             rate: 0.3,
             repeat: 0
         }));
@@ -698,9 +690,9 @@ mod tests {
             shuffle_seed in any::<u64>(),
         ) {
             let modes = if warm {
-                vec![CacheModeName::Cold, CacheModeName::Warm]
+                vec![CacheMode::Cold, CacheMode::Warm]
             } else {
-                vec![CacheModeName::Cold]
+                vec![CacheMode::Cold]
             };
             let plan = plan(RateSource::Knee { low: 0.6, high: 1.2, points: 5 }, repeats, modes);
             let oracle = Oracle { capacity, per_slot, ceiling };

@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::driver::PointKey;
-use crate::api::{CacheModeName, CapacityBenchmarkSpec, TargetApi};
+use crate::api::{CacheMode, CapacityBenchmarkSpec, TargetApi};
 use crate::loadgen::point::PointPlan;
-use crate::loadgen::prompt::{CacheMode, PromptMethod};
+use crate::loadgen::prompt::PromptMethod;
 use crate::loadgen::run::{LoadConfig, LoadMode};
 use crate::workload::WorkloadManifest;
 use crate::workload::hashing::{fnv1a, mix64};
@@ -159,7 +159,7 @@ pub fn point_load(
         },
         PointKey::Rate { rate, .. } => LoadMode::Rate { rate },
     };
-    let warm = key.cache() == CacheModeName::Warm;
+    let warm = key.cache() == CacheMode::Warm;
     let shared_prefix = warm.then_some(SharedPrefix {
         pool: ex.warm_pool.prefixes.max(1),
         tokens: ex.warm_pool.prefix_tokens,
@@ -176,11 +176,7 @@ pub fn point_load(
     };
     let dir = point_dir(key, spec.repeats.max(1));
     let mut config = LoadConfig {
-        cache: if warm {
-            CacheMode::Warm
-        } else {
-            CacheMode::Cold
-        },
+        cache: key.cache(),
         shared_prefix,
         // Prompt tokens are seeded per point and per run: a cold point never finds its
         // prompts cached by an earlier point (or an earlier run against the same server).
@@ -210,14 +206,14 @@ mod tests {
     #[test]
     fn point_folders_name_mode_load_and_repeat() {
         let rate = |repeat| PointKey::Rate {
-            cache: CacheModeName::Warm,
+            cache: CacheMode::Warm,
             rate: 12.5,
             repeat,
         };
         assert_eq!(point_dir(rate(0), 1), "warm/rate-12.5rps");
         assert_eq!(point_dir(rate(1), 3), "warm/rate-12.5rps-r1");
         let level = PointKey::Saturation {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             concurrency: 16,
         };
         assert_eq!(point_dir(level, 2), "cold/saturation/c16");

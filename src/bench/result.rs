@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{GateConfig, LittlesLaw, PointReport};
-use crate::api::{CacheModeName, PeakForecast, Statistic};
+use crate::api::{CacheMode, PeakForecast, Statistic};
 use crate::engine_metrics::findings::EngineFindings;
 use crate::planning::{CapacitySelection, ReplicaPlan};
 
@@ -39,7 +39,7 @@ pub struct BenchResult {
     /// The forecast the plan is for.
     pub peak: Option<PeakForecast>,
     /// Cache mode whose capacity the plan uses.
-    pub plan_cache_mode: Option<CacheModeName>,
+    pub plan_cache_mode: Option<CacheMode>,
     /// The replica plan for the peak.
     pub plan: Option<ReplicaPlan>,
     /// Things a reviewer should know.
@@ -85,7 +85,7 @@ pub struct TargetFacts {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModeResult {
     /// Cache state.
-    pub cache: CacheModeName,
+    pub cache: CacheMode,
     /// The saturation experiment run for this mode, if any.
     pub saturation: Option<SaturationResult>,
     /// Every open-loop point, every repeat, by rate then repeat.

@@ -55,6 +55,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         });
         goodput::bench::run_bench(&loaded.benchmark, &loaded.manifest, &options, stop_rx).await
     })?;
+    goodput::pack::write_reports(&out, &result)
+        .with_context(|| format!("writing the capacity pack's reports into {}", out.display()))?;
     print!("{}", goodput::pack::summary_text(&result));
     println!("capacity pack: {}", out.display());
     Ok(ExitCode::SUCCESS)

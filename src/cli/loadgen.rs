@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
+use goodput::api::CacheMode;
 
 /// Flags of `goodput loadgen`.
 #[derive(clap::Args)]
@@ -40,8 +41,8 @@ pub struct LoadgenArgs {
     #[arg(long, default_value_t = 120.0)]
     duration_s: f64,
     /// Cache state: unique prompts (cold) or a prewarmed pool of shared prefixes (warm).
-    #[arg(long, value_enum, default_value = "cold")]
-    cache: CacheArg,
+    #[arg(long, default_value_t = CacheMode::Cold)]
+    cache: CacheMode,
     /// Shared prefixes in the warm pool.
     #[arg(long, default_value_t = 16)]
     prefix_pool: u32,
@@ -168,12 +169,6 @@ enum LoadModeArg {
     Concurrency,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum CacheArg {
-    Cold,
-    Warm,
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ApiArg {
     Completions,
@@ -230,7 +225,7 @@ async fn calibrate_words_per_token(
 }
 
 pub fn run(args: LoadgenArgs) -> Result<ExitCode> {
-    use goodput::loadgen::prompt::{CacheMode, PromptMethod};
+    use goodput::loadgen::prompt::PromptMethod;
     use goodput::loadgen::run::{LoadConfig, LoadMode};
     use goodput::loadgen::{Api, Timeouts};
     use goodput::workload::schedule::{Arrival, ScheduleSpec, SharedPrefix};
@@ -258,7 +253,7 @@ pub fn run(args: LoadgenArgs) -> Result<ExitCode> {
             "the manifest's arrival pattern is `trace`: give the trace with --trace FILE",
         )?,
     };
-    let warm = matches!(args.cache, CacheArg::Warm);
+    let warm = args.cache == CacheMode::Warm;
     let shared_prefix = warm.then_some(SharedPrefix {
         pool: args.prefix_pool.max(1),
         tokens: args.prefix_tokens,
@@ -330,11 +325,7 @@ pub fn run(args: LoadgenArgs) -> Result<ExitCode> {
                 ApiArg::Completions => Api::Completions,
                 ApiArg::Chat => Api::Chat,
             },
-            cache: if warm {
-                CacheMode::Warm
-            } else {
-                CacheMode::Cold
-            },
+            cache: args.cache,
             shared_prefix,
             seed: schedule.seed,
             timeouts: Timeouts {

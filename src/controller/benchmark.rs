@@ -1310,7 +1310,7 @@ mod tests {
         let seed = crate::workload::seed_manifest();
         assert_eq!(seed.client.initial_scheduled_requests, 22_000);
         let rate = |rate| PointKey::Rate {
-            cache: crate::api::CacheModeName::Cold,
+            cache: crate::api::CacheMode::Cold,
             rate,
             repeat: 0,
         };
@@ -1321,7 +1321,7 @@ mod tests {
         // The spec's count wins; saturation levels run in one pod.
         assert_eq!(shards(&spec(Some(5)), &seed, rate(10.0), 1.0), 5);
         let level = PointKey::Saturation {
-            cache: crate::api::CacheModeName::Cold,
+            cache: crate::api::CacheMode::Cold,
             concurrency: 64,
         };
         assert_eq!(shards(&spec(None), &seed, level, 1.0), 1);

@@ -30,7 +30,7 @@ use super::{Context, Error, FIELD_MANAGER};
 use crate::api::conditions::plan::{self as plan_cond, reason};
 use crate::api::conditions::{self, READY, Status as Cond};
 use crate::api::{
-    AppliedScale, CacheModeName, CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus,
+    AppliedScale, CacheMode, CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus,
     FinishedPoint, GitOps, PeakForecast, Phase, PlanEvidence, PlanMode, PointKind, RateSweep,
     Recommendation, ServiceTarget, ServingPlan, ServingPlanStatus, Target, Verification,
     WorkloadSource,
@@ -124,7 +124,7 @@ pub struct OfflineProposal {
 }
 
 /// A benchmark's rate points in one cache mode: the sweep a proposal shows.
-fn rate_points(cb: &CapacityBenchmark, cache: CacheModeName) -> Vec<&FinishedPoint> {
+fn rate_points(cb: &CapacityBenchmark, cache: CacheMode) -> Vec<&FinishedPoint> {
     cb.status.as_ref().map_or_else(Vec::new, |s| {
         s.points
             .iter()
@@ -342,7 +342,7 @@ struct Evidence {
     /// Replicas it was measured on (1 for a typed-in capacity per replica).
     replicas_tested: u32,
     gpus_per_replica: Option<u32>,
-    cache_mode: CacheModeName,
+    cache_mode: CacheMode,
     benchmark: Option<CapacityBenchmark>,
     /// The benchmark's frozen manifest.
     manifest: Option<WorkloadManifest>,
@@ -356,7 +356,7 @@ impl Evidence {
             capacity_rps: per_replica,
             replicas_tested: 1,
             gpus_per_replica: None,
-            cache_mode: CacheModeName::Cold,
+            cache_mode: CacheMode::Cold,
             benchmark: None,
             manifest: None,
             record: PlanEvidence {
@@ -1493,7 +1493,7 @@ fn round3(x: f64) -> f64 {
 /// `max_age`.
 fn benchmark_capacity(
     cb: &CapacityBenchmark,
-    cache: Option<CacheModeName>,
+    cache: Option<CacheMode>,
     now: Timestamp,
     max_age: Option<Duration>,
 ) -> Result<Evidence, Vec<String>> {
@@ -1782,7 +1782,7 @@ struct PlanBounds {
 fn verification_outcome(
     v: Verification,
     status: &CapacityBenchmarkStatus,
-    cache: CacheModeName,
+    cache: CacheMode,
     bounds: PlanBounds,
 ) -> Verification {
     if status.phase != Some(Phase::Succeeded) {
@@ -1895,7 +1895,7 @@ mod tests {
 
     fn point(rate: f64, verdict: &str) -> FinishedPoint {
         FinishedPoint {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             kind: PointKind::Rate,
             concurrency: None,
             offered_rps: Some(rate),
@@ -1930,7 +1930,7 @@ mod tests {
             conditions: vec![ready(1_000)],
             points: vec![point(24.0, "pass"), point(30.0, "fail")],
             modes: vec![ModeCapacity {
-                cache: CacheModeName::Cold,
+                cache: CacheMode::Cold,
                 capacity_rps: Some(24.0),
                 capacity_per_replica_rps: Some(6.0),
             }],
@@ -1979,8 +1979,8 @@ mod tests {
         assert_eq!(e.len(), 2, "both reasons: {e:?}");
         assert!(e[0].contains("no passing point"));
 
-        let e = benchmark_capacity(&benchmark(), Some(CacheModeName::Warm), at(2_000), None)
-            .unwrap_err();
+        let e =
+            benchmark_capacity(&benchmark(), Some(CacheMode::Warm), at(2_000), None).unwrap_err();
         assert!(e[0].contains("no result for cache mode warm"), "{e:?}");
     }
 
@@ -2023,7 +2023,7 @@ mod tests {
         assert_eq!(rates, &[12.0, 24.0, 36.0, 48.0]);
         assert_eq!(cb.spec.target.replicas, Some(8));
         assert_eq!(cb.spec.target.service.as_ref().unwrap().name, "qwen");
-        assert_eq!(cb.spec.experiments.cache_modes, [CacheModeName::Cold]);
+        assert_eq!(cb.spec.experiments.cache_modes, [CacheMode::Cold]);
         assert!(cb.spec.experiments.saturation.is_none());
         assert!(cb.name_any().starts_with("chat-verify-r8-"));
         let owner = &cb.metadata.owner_references.as_ref().unwrap()[0];
@@ -2068,7 +2068,7 @@ mod tests {
             phase: Some(Phase::Succeeded),
             points,
             modes: vec![ModeCapacity {
-                cache: CacheModeName::Cold,
+                cache: CacheMode::Cold,
                 capacity_rps: capacity,
                 capacity_per_replica_rps: None,
             }],
@@ -2093,7 +2093,7 @@ mod tests {
             ],
             Some(48.0),
         );
-        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheModeName::Cold, BOUNDS);
+        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheMode::Cold, BOUNDS);
         assert_eq!(v.state, Verification::VERIFIED);
         assert_eq!(v.scaling_efficiency, Some(1.0));
         assert_eq!(v.shortfall_rps, None);
@@ -2110,7 +2110,7 @@ mod tests {
             ],
             Some(24.0),
         );
-        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheModeName::Cold, BOUNDS);
+        let v = verification_outcome(running(8, 36.0, 48.0), &status, CacheMode::Cold, BOUNDS);
         assert_eq!(v.state, Verification::SHORTFALL);
         assert_eq!(v.measured_fleet_rps, Some(24.0));
         assert_eq!(v.scaling_efficiency, Some(0.5));
@@ -2120,7 +2120,7 @@ mod tests {
         assert!(v.message.contains("needs 16 replicas"), "{}", v.message);
 
         let none = finished(vec![point(24.0, "fail")], None);
-        let v = verification_outcome(running(8, 36.0, 48.0), &none, CacheModeName::Cold, BOUNDS);
+        let v = verification_outcome(running(8, 36.0, 48.0), &none, CacheMode::Cold, BOUNDS);
         assert_eq!(
             (v.state.as_str(), v.proposed_replicas),
             (Verification::SHORTFALL, None)
@@ -2129,7 +2129,7 @@ mod tests {
 
         let mut failed = finished(vec![], None);
         failed.phase = Some(Phase::Failed);
-        let v = verification_outcome(running(8, 36.0, 48.0), &failed, CacheModeName::Cold, BOUNDS);
+        let v = verification_outcome(running(8, 36.0, 48.0), &failed, CacheMode::Cold, BOUNDS);
         assert_eq!(v.state, Verification::FAILED);
     }
 }

@@ -3,7 +3,7 @@
 //! `goodput bench`; only the storage differs (status and ConfigMaps instead of memory).
 
 use crate::analysis::PointReport;
-use crate::api::{CacheModeName, FinishedPoint, PointClass, PointKind};
+use crate::api::{CacheMode, FinishedPoint, PointClass, PointKind};
 use crate::bench::driver::{self, Outcome, PointKey, Recorded};
 use crate::planning::assess;
 use crate::workload::WorkloadManifest;
@@ -108,7 +108,7 @@ pub fn point_key(p: &FinishedPoint) -> Option<PointKey> {
 
 /// The point named by these status fields.
 pub fn point_key_of(
-    cache: CacheModeName,
+    cache: CacheMode,
     kind: PointKind,
     concurrency: Option<u32>,
     offered_rps: Option<f64>,
@@ -155,11 +155,11 @@ mod tests {
     fn status_entries_give_back_the_driver_records_they_came_from() {
         let keys = [
             PointKey::Saturation {
-                cache: CacheModeName::Cold,
+                cache: CacheMode::Cold,
                 concurrency: 16,
             },
             PointKey::Rate {
-                cache: CacheModeName::Warm,
+                cache: CacheMode::Warm,
                 rate: 12.6,
                 repeat: 1,
             },

@@ -17,13 +17,14 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{GateConfig, PointReport, PointSummary, QueueTrend, error_rate, queue_slope};
+use crate::analysis::{
+    GateConfig, PointReport, PointSummary, QueueTrend, error_rate, mean, queue_slope,
+};
 use crate::api::FaultKind;
 use crate::engine_metrics::profile::Concept;
 use crate::engine_metrics::series::{Across, Coverage, MetricsSeries};
 use crate::loadgen::record::RequestRecord;
 use crate::loadgen::run::CancelPlan;
-use crate::pack::figures::mean;
 
 /// Smallest rise of the queue that counts as growth (requests), as in the point gate's
 /// queue-trend rule.

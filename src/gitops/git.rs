@@ -791,6 +791,7 @@ impl Drop for GroupKiller {
             // SAFETY: kill(2) takes plain integers and touches no memory of ours. The group
             // was created for this child (`process_group(0)`), so -pgid names only git and
             // the helpers it started.
+            #[allow(unsafe_code)]
             unsafe {
                 libc::kill(-pgid, libc::SIGKILL);
             }

@@ -1047,8 +1047,9 @@ mod tests {
 
     use super::*;
     use crate::analysis::{ClassSlo, QueueTrend};
+    use crate::api::CacheMode;
     use crate::loadgen::point::PointPlan;
-    use crate::loadgen::prompt::{CacheMode, PromptMethod};
+    use crate::loadgen::prompt::PromptMethod;
     use crate::loadgen::record::RequestRecord;
     use crate::loadgen::run::{LoadConfig, PointRun};
     use crate::loadgen::{Api, Timeouts};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::prompt::{CacheMode, PromptMethod};
+use super::prompt::PromptMethod;
 use super::record::write_requests_csv;
 use super::run::{
     ClientFacts, LoadConfig, LoadMode, PointRun, open_loop_window_s, prewarm, run_point,
@@ -18,6 +18,7 @@ use crate::analysis::{
     AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
     queue_slope,
 };
+use crate::api::CacheMode;
 use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop;
 use crate::engine_metrics::series::MetricsSeries;

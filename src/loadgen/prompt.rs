@@ -22,16 +22,6 @@ use crate::workload::hashing::{GOLDEN_GAMMA, mix64};
 const TOKEN_LO: u32 = 1000;
 const TOKEN_HI: u32 = 30_000;
 
-/// Cache state of the experiment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CacheMode {
-    /// Unique prompts: nothing to reuse.
-    Cold,
-    /// A pinned pool of shared prefixes, prewarmed before measurement.
-    Warm,
-}
-
 /// How prompts were made, as reported in the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

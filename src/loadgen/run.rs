@@ -16,10 +16,11 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::client::{send, send_or_abort};
 use super::live_metrics::{Due, LiveMetrics};
-use super::prompt::{CacheMode, PromptMethod, build_prompt};
+use super::prompt::{PromptMethod, build_prompt};
 use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
 use crate::analysis::nearest_rank_many;
+use crate::api::CacheMode;
 use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
 
 /// Open or closed loop.
@@ -488,6 +489,7 @@ pub async fn run_point_from(
                 // slack); the pacer asks for the tightest wake-up instead.
                 #[cfg(target_os = "linux")]
                 // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+                #[allow(unsafe_code)]
                 unsafe {
                     libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
                 }

@@ -2,7 +2,7 @@
 //! missing value.
 
 use crate::analysis::GateRule;
-use crate::api::CacheModeName;
+use crate::api::CacheMode;
 
 /// Shown for a missing or non-finite value.
 pub const MISSING: &str = "-";
@@ -48,10 +48,10 @@ pub fn tokens_per_s(x: f64) -> String {
 }
 
 /// The cache mode as it is written in the spec.
-pub fn mode_name(mode: CacheModeName) -> &'static str {
+pub fn mode_name(mode: CacheMode) -> &'static str {
     match mode {
-        CacheModeName::Cold => "cold",
-        CacheModeName::Warm => "warm",
+        CacheMode::Cold => "cold",
+        CacheMode::Warm => "warm",
     }
 }
 
@@ -63,13 +63,4 @@ pub fn rule_word(rule: GateRule) -> &'static str {
         GateRule::ErrorRate => "errors",
         GateRule::QueueTrend => "queue",
     }
-}
-
-/// The mean of the finite values, if any.
-pub fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let (sum, n) = values
-        .into_iter()
-        .filter(|v| v.is_finite())
-        .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
-    (n > 0).then(|| sum / f64::from(n))
 }

@@ -124,7 +124,8 @@ fn calibration_section(result: &BenchResult) -> String {
     } else {
         format!(
             "`timeScale: {}` was probed idle before the sweep (refused over {}% of the \
-             tightest cutoff, warned over {}%)",
+             tightest cutoff after a second round of probes, which it is then judged on; \
+             warned over {}%)",
             c.requested,
             c.refuse_fraction * 100.0,
             c.warn_fraction * 100.0

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
-use super::figures::{mean, mode_name};
+use super::figures::mode_name;
 use super::rows::{point_rows, rate_groups};
-use crate::analysis::{ClassReport, ClassSlo, GateConfig};
+use crate::analysis::{ClassReport, ClassSlo, GateConfig, mean};
 use crate::bench::result::{BenchResult, ModeResult, PointResult};
 
 /// Size of every plot in pixels.

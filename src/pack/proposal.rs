@@ -379,11 +379,11 @@ fn footer(p: &Proposal<'_>) -> String {
 mod tests {
     use super::*;
     use crate::analysis::ClassSlo;
-    use crate::api::{CacheModeName, PointClass};
+    use crate::api::{CacheMode, PointClass};
 
     fn point(rate: f64, verdict: &str, attainment: f64) -> FinishedPoint {
         FinishedPoint {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             kind: PointKind::Rate,
             concurrency: None,
             offered_rps: Some(rate),
@@ -424,7 +424,7 @@ mod tests {
         let evidence = PlanEvidence {
             source: "qwen-7b-sweep".into(),
             generation: Some(3),
-            cache_mode: Some(CacheModeName::Cold),
+            cache_mode: Some(CacheMode::Cold),
             capacity_rps: Some(24.0),
             replicas_tested: Some(4),
             weakest_class: Some("chat".into()),

@@ -6,7 +6,7 @@ use crate::analysis::{
     ClassReport, ClassSlo, GateConfig, GateReason, GateRule, LittlesLaw, PointReport, QueueTrend,
     Verdict,
 };
-use crate::api::{CacheModeName, PeakForecast, Statistic};
+use crate::api::{CacheMode, PeakForecast, Statistic};
 use crate::bench::result::{
     ModeResult, PointResult, RateSpread, SaturationLevel, SaturationResult, Spread, TargetFacts,
 };
@@ -128,8 +128,8 @@ fn failing_reasons() -> Vec<GateReason> {
     ]
 }
 
-fn point(mode: CacheModeName, rate: f64, repeat: u32, report: PointReport) -> PointResult {
-    let warm = mode == CacheModeName::Warm;
+fn point(mode: CacheMode, rate: f64, repeat: u32, report: PointReport) -> PointResult {
+    let warm = mode == CacheMode::Warm;
     PointResult {
         offered_rps: rate,
         repeat,
@@ -190,7 +190,7 @@ fn spreads(result_class: &str, points: &[PointResult]) -> Vec<RateSpread> {
         .collect()
 }
 
-fn mode(cache: CacheModeName, points: Vec<PointResult>, repeats: u32) -> ModeResult {
+fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult {
     let sweep: Vec<SweepPoint> = points
         .iter()
         .map(|p| SweepPoint {
@@ -270,12 +270,7 @@ fn fixture(repeats: u32) -> BenchResult {
                 Vec::new()
             };
             let attainment = if rate == 18.0 { 0.81 } else { 0.97 };
-            let mut p = point(
-                CacheModeName::Cold,
-                rate,
-                r,
-                report(rate, attainment, reasons),
-            );
+            let mut p = point(CacheMode::Cold, rate, r, report(rate, attainment, reasons));
             if rate == 18.0 {
                 p.valid = false;
                 p.validity_reasons = vec!["client fell 40 ms behind schedule".into()];
@@ -308,12 +303,7 @@ fn fixture(repeats: u32) -> BenchResult {
             } else {
                 Vec::new()
             };
-            warm.push(point(
-                CacheModeName::Warm,
-                rate,
-                r,
-                report(rate, 0.98, reasons),
-            ));
+            warm.push(point(CacheMode::Warm, rate, r, report(rate, 0.98, reasons)));
         }
     }
     // Points come by rate then repeat.
@@ -324,9 +314,9 @@ fn fixture(repeats: u32) -> BenchResult {
     };
     cold.sort_by(by_rate);
     warm.sort_by(by_rate);
-    let mut cold = mode(CacheModeName::Cold, cold, repeats);
+    let mut cold = mode(CacheMode::Cold, cold, repeats);
     cold.saturation = Some(saturation());
-    let warm = mode(CacheModeName::Warm, warm, repeats);
+    let warm = mode(CacheMode::Warm, warm, repeats);
     let plan = cold.plan.clone();
     BenchResult {
         name: "chat-capacity".into(),
@@ -357,7 +347,7 @@ fn fixture(repeats: u32) -> BenchResult {
             target_utilization: Some(0.75),
             cache_mode: None,
         }),
-        plan_cache_mode: Some(CacheModeName::Cold),
+        plan_cache_mode: Some(CacheMode::Cold),
         plan,
         warnings: vec!["the warm pool is smaller than the KV cache".into()],
         failure_tests: Vec::new(),
@@ -652,7 +642,7 @@ fn a_missing_plan_is_explained() {
     assert!(summary.contains("plan: none for a peak of 36 RPS"));
 
     let mut warm_wanted = nothing_passes.clone();
-    warm_wanted.plan_cache_mode = Some(CacheModeName::Warm);
+    warm_wanted.plan_cache_mode = Some(CacheMode::Warm);
     let md = plan_markdown(&warm_wanted);
     assert!(
         md.contains("no offered rate passed the gate in the warm cache sweep"),

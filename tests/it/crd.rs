@@ -7,7 +7,7 @@ use std::path::Path;
 
 use goodput::api::conditions::{self, Status, reason};
 use goodput::api::{
-    CacheModeName, CapacityBenchmark, CapacityBenchmarkStatus, CurrentPoint, FinishedPoint,
+    CacheMode, CapacityBenchmark, CapacityBenchmarkStatus, CurrentPoint, FinishedPoint,
     ModeCapacity, Phase, PointKind, ResolvedIdentity, ServiceTarget,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -254,12 +254,12 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
         target: Some("svc/qwen-7b".into()),
         current_point: Some(CurrentPoint {
             label: goodput::bench::driver::PointKey::Rate {
-                cache: CacheModeName::Cold,
+                cache: CacheMode::Cold,
                 rate: 18.0,
                 repeat: 0,
             }
             .label(),
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             kind: PointKind::Rate,
             concurrency: None,
             offered_rps: Some(18.0),
@@ -269,7 +269,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             started_at: Some(at(1_780_000_060)),
         }),
         points: vec![FinishedPoint {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             kind: PointKind::Rate,
             concurrency: None,
             offered_rps: Some(12.0),
@@ -288,7 +288,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             classes: Vec::new(),
         }],
         modes: vec![ModeCapacity {
-            cache: CacheModeName::Cold,
+            cache: CacheMode::Cold,
             capacity_rps: Some(12.0),
             capacity_per_replica_rps: Some(6.0),
         }],

@@ -11,7 +11,7 @@ use goodput::bench::result::BenchResult;
 use goodput::bench::{BenchOptions, run_bench};
 
 /// Bench runs measure latency on a 2-core machine: one at a time.
-use crate::SERIAL;
+use crate::MACHINE;
 
 use crate::harness::MANIFEST;
 
@@ -53,12 +53,14 @@ fn bench(yaml: &str, out: &Path) -> Result<BenchResult, goodput::bench::BenchErr
         out: out.to_path_buf(),
         progress: false,
     };
-    runtime.block_on(run_bench(
+    let result = runtime.block_on(run_bench(
         &loaded.benchmark,
         &loaded.manifest,
         &options,
         stop_rx,
-    ))
+    ))?;
+    goodput::pack::write_reports(out, &result).expect("the pack's reports are written");
+    Ok(result)
 }
 
 /// `goodput simulate --find-max-rate` for the same preset and mix (cold: no prefix pool).
@@ -98,7 +100,7 @@ fn model_max_rate(dir: &Path) -> f64 {
 
 #[test]
 fn the_sweep_stays_under_the_model_capacity_and_warm_runs_hit_the_cache() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = benchmark(
         20.0,
@@ -336,7 +338,7 @@ fn check_pack(dir: &Path, result: &BenchResult) {
 
 #[test]
 fn a_rate_far_above_capacity_grows_and_fails() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = benchmark(
         20.0,
@@ -375,15 +377,41 @@ fn a_rate_far_above_capacity_grows_and_fails() {
     assert_eq!(cold.capacity_rps, Some(6.0));
 }
 
+/// The same sweep in real time and at K = 5. Half the usual schedule (300 requests, at
+/// least 100 per class, 10 s) keeps the real-time run under a minute; K = 5 keeps a real
+/// millisecond of harness delay (client, router, HTTP) at 5 model milliseconds, well
+/// inside the TTFT tolerance below (at K = 10 a loaded point drifted up to 26 model ms).
 #[test]
 fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let experiments = "    rateSweep: {rates: [9, 30]}\n    cacheModes: [cold]";
+    let half = |k: f64| {
+        let mut yaml = benchmark(k, experiments);
+        for (from, to) in [
+            (
+                "minimum_duration_seconds: 20",
+                "minimum_duration_seconds: 10",
+            ),
+            (
+                "initial_scheduled_requests: 600",
+                "initial_scheduled_requests: 300",
+            ),
+            ("{chat: 300, long: 300}", "{chat: 150, long: 150}"),
+            (
+                "min_successful_samples_per_class: 250",
+                "min_successful_samples_per_class: 100",
+            ),
+        ] {
+            assert!(yaml.contains(from), "the shared manifest has `{from}`");
+            yaml = yaml.replace(from, to);
+        }
+        yaml
+    };
     let real_dir = tempfile::tempdir().expect("tempdir");
     let scaled_dir = tempfile::tempdir().expect("tempdir");
-    let real = run(&benchmark(1.0, experiments), real_dir.path());
-    let scaled = run(&benchmark(10.0, experiments), scaled_dir.path());
-    assert_eq!(scaled.time_scale, 10.0);
+    let real = run(&half(1.0), real_dir.path());
+    let scaled = run(&half(5.0), scaled_dir.path());
+    assert_eq!(scaled.time_scale, 5.0);
     for (a, b) in real.modes[0].points.iter().zip(&scaled.modes[0].points) {
         assert_eq!(a.offered_rps, b.offered_rps);
         assert_eq!(a.report.verdict, b.report.verdict, "{} RPS", a.offered_rps);
@@ -427,7 +455,7 @@ fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
 /// before any traffic, saying by how much and what to do.
 #[test]
 fn a_time_scale_too_large_for_the_machine_is_refused() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let error = match bench(
         &benchmark(500.0, "    rateSweep: {rates: [1]}\n    cacheModes: [cold]"),
@@ -454,7 +482,7 @@ fn a_time_scale_too_large_for_the_machine_is_refused() {
 /// token's model time, so a live TTFT under the model's would be a bug).
 #[test]
 fn auto_time_scale_keeps_the_largest_k_this_machine_holds() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = benchmark(1.0, "    rateSweep: {rates: [20]}\n    cacheModes: [cold]")
         .replace("timeScale: 1,", "timeScale: auto,");
@@ -491,7 +519,7 @@ fn auto_time_scale_keeps_the_largest_k_this_machine_holds() {
 
 #[test]
 fn repeats_run_fresh_schedules_and_report_the_spread() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     // `repeats` sits at the spec's level, after the experiments.
     let yaml = benchmark(
@@ -528,7 +556,7 @@ fn repeats_run_fresh_schedules_and_report_the_spread() {
 
 #[test]
 fn a_broken_benchmark_is_refused_before_any_traffic() {
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("pack");
     let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
@@ -556,7 +584,7 @@ fn a_url_target_is_benchmarked_with_its_metrics_pages() {
     use goodput::sim::live::ReplicaConfig;
     use goodput::sim::live::fleet::{FleetConfig, start_fleet};
 
-    let _guard = SERIAL.blocking_lock();
+    let _machine = MACHINE.whole_blocking();
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

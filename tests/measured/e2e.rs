@@ -16,11 +16,11 @@ use crate::scenarios;
 use harness::Env;
 
 /// One benchmark at a time: they measure latency, and the cluster's CPUs are shared.
-use crate::SERIAL;
+use crate::MACHINE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("capacity").await else {
         return;
     };
@@ -29,7 +29,7 @@ async fn e2e_a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_fin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_restarted_operator_loses_and_repeats_no_point() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("restart").await else {
         return;
     };
@@ -38,7 +38,7 @@ async fn e2e_a_restarted_operator_loses_and_repeats_no_point() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_loop() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("invalid spec").await else {
         return;
     };
@@ -47,7 +47,7 @@ async fn e2e_an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_deleting_a_running_benchmark_removes_what_it_created() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("delete").await else {
         return;
     };
@@ -56,7 +56,7 @@ async fn e2e_deleting_a_running_benchmark_removes_what_it_created() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("leader takeover").await else {
         return;
     };

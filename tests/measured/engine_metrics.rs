@@ -19,13 +19,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::SERIAL;
+use crate::MACHINE;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
 /// Runs a test body under the global lock and a time limit.
 async fn bounded<F: Future<Output = ()>>(limit_s: u64, body: F) {
-    let _guard = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     tokio::time::timeout(Duration::from_secs(limit_s), body)
         .await
         .expect("test finished within its time limit");

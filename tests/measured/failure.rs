@@ -7,9 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use goodput::analysis::QueueTrend;
-use goodput::api::{
-    CacheModeName, FailureTest, Fault, FaultKind, LoadedBenchmark, parse_benchmark,
-};
+use goodput::api::{CacheMode, FailureTest, Fault, FaultKind, LoadedBenchmark, parse_benchmark};
 use goodput::bench::driver::PointKey;
 use goodput::bench::point_job::{PointTarget, point_load};
 use goodput::bench::{BenchOptions, run_bench};
@@ -23,7 +21,7 @@ use goodput::sim::live::fleet::{FleetConfig, start_fleet};
 use goodput::sim::live::router::RouterConfig;
 
 /// Load tests share two cores: one at a time.
-use crate::SERIAL;
+use crate::MACHINE;
 
 const EXAMPLE: &str = include_str!("../../examples/failure-test.yaml");
 /// The example's engines run this many times faster than real time.
@@ -35,8 +33,8 @@ fn example() -> LoadedBenchmark {
     parse_benchmark(EXAMPLE, Path::new("failure-test.yaml")).expect("the example parses")
 }
 
-fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.blocking_lock()
+fn serial() -> tokio::sync::SemaphorePermit<'static> {
+    MACHINE.whole_blocking()
 }
 
 /// The example's four simulated replicas, on a thread and runtime of their own (as
@@ -134,7 +132,7 @@ async fn load(
         time_scale: K,
     };
     let key = PointKey::Rate {
-        cache: CacheModeName::Cold,
+        cache: CacheMode::Cold,
         rate,
         repeat: 0,
     };
@@ -213,6 +211,7 @@ fn the_example_kills_one_of_four_replicas_and_the_pack_reports_it() {
             stop,
         ))
         .expect("the benchmark runs");
+    goodput::pack::write_reports(dir.path(), &result).expect("the pack's reports are written");
     let cold = &result.modes[0];
     assert_eq!(cold.capacity_rps, Some(24.0), "the sweep's capacity");
     let [r] = result.failure_tests.as_slice() else {

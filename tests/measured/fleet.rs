@@ -1,7 +1,7 @@
 //! `serve-sim` as a fleet: replicas behind the router, the port contract, and fault
 //! injection through the admin API (kill → errors until detection → removal → restore).
 
-use crate::SERIAL;
+use crate::MACHINE;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ async fn complete(c: &reqwest::Client, url: &str) -> Result<u16, reqwest::Error>
 
 #[tokio::test]
 async fn kill_is_detected_then_routed_around_and_restore_rejoins() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let fleet = start_fleet(fleet_config(2)).await.unwrap();
     let url = fleet.router_url();
     let c = client();
@@ -121,7 +121,7 @@ async fn kill_is_detected_then_routed_around_and_restore_rejoins() {
 
 #[tokio::test]
 async fn admin_faults_and_kv_cuts_apply_and_validate() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let fleet = start_fleet(fleet_config(1)).await.unwrap();
     let url = fleet.router_url();
     let c = client();
@@ -198,7 +198,7 @@ impl Drop for Killed {
 
 #[tokio::test]
 async fn the_cli_serves_the_router_on_p_and_replica_i_on_p_plus_1_plus_i() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let port = free_port_run(3);
     let child = Command::new(env!("CARGO_BIN_EXE_goodput"))
         .args([

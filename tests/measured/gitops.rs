@@ -27,7 +27,7 @@ use serde_json::json;
 
 /// The operator, cluster and forge are shared machinery on a 2-core machine: one test at a
 /// time.
-use crate::SERIAL;
+use crate::MACHINE;
 
 const PLAN: &str = "qwen-chat";
 const TOKEN: &str = "ghp_e2eTOKENnotAsecret0123";
@@ -225,7 +225,7 @@ fn proposal_for(capacity: f64) -> u32 {
 /// the pull request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_applies() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let w = world(ForgeKind::GitHub, "").await;
     let c = &w.s.client;
 
@@ -444,7 +444,7 @@ async fn one_pull_request_follows_the_proposal_and_closes_when_it_no_longer_appl
 /// the push and nothing is half-done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_human_close_is_respected_and_faults_are_conditions() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let w = world(ForgeKind::GitLab, "    dryRun: true\n").await;
     let c = &w.s.client;
 

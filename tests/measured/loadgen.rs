@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use goodput::analysis::{GateConfig, Verdict};
+use goodput::api::CacheMode;
 use goodput::loadgen::point::{PointPlan, PointSummaryFile, run_and_write};
-use goodput::loadgen::prompt::{CacheMode, PromptMethod};
+use goodput::loadgen::prompt::PromptMethod;
 use goodput::loadgen::run::{LoadConfig, LoadMode};
 use goodput::loadgen::{Api, Timeouts};
 use goodput::sim::live::fleet::{FleetConfig, start_fleet};
@@ -19,7 +20,7 @@ use tokio::sync::watch;
 
 /// These tests time the engine and the client: run them one at a time so that on a
 /// 2-core machine one test's load does not show up in another's latencies.
-use crate::SERIAL;
+use crate::MACHINE;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
@@ -128,7 +129,7 @@ async fn run(config: LoadConfig, plan: PointPlan, dir: &Path) -> PointSummaryFil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn low_load_latencies_match_the_engine_model() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let f = fleet(1.0, FaultConfig::default()).await;
     let setup = preset("qwen2.5-7b-h100").unwrap();
     // One request at a time (constant 5/s; each takes ~190 ms): TTFT is one 1,024-token
@@ -177,7 +178,7 @@ async fn low_load_latencies_match_the_engine_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_grows_the_queue_and_fails_the_gate() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     // Time scale 4: capacity ≈ 22 × 4 ≈ 90 req/s of 1,024/256; offer 200 req/s for 1.5 s.
     let f = fleet(4.0, FaultConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -218,7 +219,7 @@ async fn overload_grows_the_queue_and_fails_the_gate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn class_counts_are_exact_and_failures_have_their_kind() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let cut = FaultConfig {
         stream_cut: Some(StreamCut {
             fraction: 1.0,
@@ -255,7 +256,7 @@ async fn class_counts_are_exact_and_failures_have_their_kind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_target_gives_only_connect_errors() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", l.local_addr().unwrap())
@@ -280,7 +281,7 @@ async fn an_unreachable_target_gives_only_connect_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_keeps_the_concurrency_and_is_never_capacity() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let f = fleet(20.0, FaultConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(f.router_url(), 1.0);
@@ -309,7 +310,7 @@ async fn closed_loop_keeps_the_concurrency_and_is_never_capacity() {
 #[test]
 fn the_cli_writes_a_point() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _machine = rt.block_on(MACHINE.whole());
     let f = rt.block_on(fleet(20.0, FaultConfig::default()));
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
@@ -387,7 +388,7 @@ fn the_cli_writes_a_point() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_under_the_sample_minimum_continue_the_schedule() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let half_fail = FaultConfig {
         error_fraction: 0.5,
         error_status: 503,
@@ -420,7 +421,7 @@ async fn failures_under_the_sample_minimum_continue_the_schedule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_cache_hits_the_prefix_cache_and_cold_does_not() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let mut setup = preset("qwen2.5-7b-h100").unwrap();
     setup.prefix_caching = true;
     let f = start_fleet(FleetConfig {
@@ -520,7 +521,7 @@ fn a_time_scaled_point_reports_real_time_as_bench_does() {
         .enable_all()
         .build()
         .unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _machine = rt.block_on(MACHINE.whole());
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("manifest.yaml");
     std::fs::write(&manifest, SCALED_MANIFEST).unwrap();
@@ -662,7 +663,7 @@ spec:
 #[test]
 fn a_start_instant_is_waited_for_or_its_lateness_recorded() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _machine = rt.block_on(MACHINE.whole());
     let f = rt.block_on(fleet(20.0, FaultConfig::default()));
     let now = || {
         std::time::SystemTime::now()
@@ -763,7 +764,7 @@ async fn fixed_latency_server(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_throughput_never_beats_a_fixed_latency_server() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     const C: usize = 20;
     const TOKENS: u32 = 117;
     let (ttft, itl) = (Duration::from_millis(20), Duration::from_millis(5));

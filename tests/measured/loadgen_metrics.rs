@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use goodput::alerts::SampleStore;
 use goodput::analysis::{ClassSlo, GateConfig, meets_slo};
+use goodput::api::CacheMode;
 use goodput::loadgen::live_metrics::{LiveMetrics, serve};
 use goodput::loadgen::point::{PointPlan, measure_point};
-use goodput::loadgen::prompt::{CacheMode, PromptMethod};
+use goodput::loadgen::prompt::PromptMethod;
 use goodput::loadgen::run::{LoadConfig, LoadMode};
 use goodput::loadgen::{Api, Timeouts};
 use goodput::sim::live::fleet::{Fleet, FleetConfig, start_fleet};
@@ -23,7 +24,7 @@ use tokio::sync::{oneshot, watch};
 
 /// The tests time a live engine: one at a time, so that on a 2-core machine one test's
 /// load does not slow the other's.
-use crate::SERIAL;
+use crate::MACHINE;
 
 const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 
@@ -99,7 +100,7 @@ fn completed(series: &BTreeMap<String, f64>) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_counters_equal_the_records_and_the_offline_store() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     // One request in ten fails with a 503, so both results of every class move.
     let f = fleet(FaultConfig {
         error_fraction: 0.1,
@@ -337,7 +338,7 @@ fn the_cli_serves_the_client_metrics_while_it_runs() {
         .enable_all()
         .build()
         .unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _machine = rt.block_on(MACHINE.whole());
     let f = rt.block_on(fleet(FaultConfig::default()));
     // A free port, released for the command to bind (the command binds it before any load).
     let port = std::net::TcpListener::bind("127.0.0.1:0")

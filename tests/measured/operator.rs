@@ -17,39 +17,39 @@ use kube::Api;
 use kube::api::ListParams;
 
 /// Benchmarks measure latency on a 2-core machine: one test at a time.
-use crate::SERIAL;
+use crate::MACHINE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let env = Env::test_cluster().await;
     scenarios::a_simulated_benchmark_finds_the_capacity_bench_finds(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_loses_and_repeats_no_point() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let env = Env::test_cluster().await;
     scenarios::a_restarted_operator_loses_and_repeats_no_point(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_loop() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let env = Env::test_cluster().await;
     scenarios::an_invalid_spec_is_a_condition_and_an_event_with_no_job_and_no_hot_loop(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_running_benchmark_removes_what_it_created() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let env = Env::test_cluster().await;
     scenarios::deleting_a_running_benchmark_removes_what_it_created(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let env = Env::test_cluster().await;
     scenarios::only_the_leader_reconciles_and_a_standby_takes_over_within_the_lease(&env).await;
 }
@@ -119,7 +119,7 @@ fn condition<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_invalid_point() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let _operator = s.operator(
         "goodput",
@@ -221,7 +221,7 @@ async fn a_crashed_loadgen_pod_is_retried_and_one_that_keeps_crashing_leaves_an_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_pods_never_start_times_out_with_a_condition() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     s.cluster.kubelet().set_image_pullable("goodput", false);
     let _operator = s.operator("goodput", &["--pod-start-timeout-s", "6"]);
@@ -271,7 +271,7 @@ async fn a_job_whose_pods_never_start_times_out_with_a_condition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_empty_service_target_is_a_condition_and_an_event() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let _operator = s.operator("goodput", &[]);
     let yaml = with_target(
@@ -324,7 +324,7 @@ async fn a_missing_or_empty_service_target_is_a_condition_and_an_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     // A role with everything the operator uses except writing Jobs (it may still watch
     // them): RBAC denies the point's Job.
@@ -392,7 +392,7 @@ async fn an_operator_whose_role_may_not_create_jobs_says_forbidden_and_backs_off
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_results_claim_keeps_every_shards_raw_requests() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     // The test cluster serves no PersistentVolumeClaim objects: a pod's claim is a
     // directory of the cluster, kept across pods.
@@ -437,7 +437,7 @@ async fn a_results_claim_keeps_every_shards_raw_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_page_that_does_not_answer_holds_the_points_with_a_condition() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let _operator = s.operator("goodput", &[]);
     // A port nothing listens on yet: the engine's page comes up later.
@@ -537,7 +537,7 @@ esac"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_that_never_reports_or_a_result_that_does_not_parse_leaves_an_invalid_point() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let script = format!("GOODPUT='{}'\n{FAULTY_LOADGEN}", harness::GOODPUT);
     let s = harness::setup_with_scripts(&[("goodput-faulty", &script)]).await;
     let _operator = s.operator(
@@ -724,7 +724,7 @@ async fn credentials_secret(client: &kube::Client, name: &str, key_id: &str, sec
 async fn a_results_bucket_keeps_every_shards_raw_requests() {
     use futures_util::TryStreamExt as _;
     use object_store::{ObjectStore as _, ObjectStoreExt as _};
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let s3 = S3Server::start(&s.dir.path().join("moto.log")).await;
     s3.create_bucket("goodput-results").await;
@@ -817,7 +817,7 @@ async fn a_results_bucket_keeps_every_shards_raw_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_results_bucket_that_refuses_the_upload_leaves_an_invalid_point_that_says_why() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let s3 = S3Server::start(&s.dir.path().join("moto.log")).await;
     credentials_secret(&s.client, "s3-credentials", "AKIDMISSING", "missing-secret").await;
@@ -856,7 +856,7 @@ async fn a_results_bucket_that_refuses_the_upload_leaves_an_invalid_point_that_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_given_namespaces_reconciles_those_and_no_other() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(s.client.clone());
     for ns in ["team-a", "team-b", "team-c"] {

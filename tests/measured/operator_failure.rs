@@ -6,7 +6,7 @@
 //! reads the EndpointSlice for the removal and the replacement, and writes the report of
 //! `goodput bench`'s analysis into `status.failureTest` and `failure-test.md`.
 
-use crate::SERIAL;
+use crate::MACHINE;
 use crate::fixture;
 use crate::harness;
 
@@ -86,7 +86,7 @@ async fn events(client: &kube::Client, reason: &str) -> Vec<String> {
 /// `failure-test.md` beside the load's merged report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pod_is_seen_in_the_endpoint_slice_and_reported_in_status() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let s = setup().await;
     let c = &s.client;
     engines_behind_a_service(c).await;
@@ -228,7 +228,7 @@ async fn a_deleted_pod_is_seen_in_the_endpoint_slice_and_reported_in_status() {
 /// and an Event, before any load runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_the_cluster_cannot_inject_is_an_invalid_spec() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let s = setup().await;
     let c = &s.client;
     let _operator = s.operator("goodput", &[]);

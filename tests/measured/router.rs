@@ -1,7 +1,7 @@
 //! The front router over loopback: forwarding, stream pass-through, least-outstanding
 //! routing, and removal of a dead replica after the detection delay.
 
-use crate::SERIAL;
+use crate::MACHINE;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ fn client() -> reqwest::Client {
 
 #[tokio::test]
 async fn forwards_round_robin_and_streams_through() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let a = fake_replica("a", Arc::default()).await;
     let b = fake_replica("b", Arc::default()).await;
     let (url, _) = start_router(vec![a.clone(), b.clone()], RouterConfig::default()).await;
@@ -130,7 +130,7 @@ async fn forwards_round_robin_and_streams_through() {
 
 #[tokio::test]
 async fn a_failing_replica_leaves_rotation_after_the_detection_delay() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let down = Arc::new(AtomicBool::new(false));
     let a = fake_replica("a", down.clone()).await;
     let b = fake_replica("b", Arc::default()).await;
@@ -178,7 +178,7 @@ async fn a_failing_replica_leaves_rotation_after_the_detection_delay() {
 
 #[tokio::test]
 async fn no_replica_gives_503_and_a_refused_replica_502() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     // Nothing listens on a just-closed port.
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -25,7 +25,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// Plans measure latency on a 2-core machine: one test at a time.
-use crate::SERIAL;
+use crate::MACHINE;
 
 /// The plan the tests make.
 const PLAN: &str = "qwen-chat";
@@ -106,7 +106,7 @@ async fn deploy(client: &kube::Client, d: Deployment) {
 /// revalidation measures them and records `Verified` with the scaling efficiency.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worked_example_is_refused_on_other_evidence_then_proposed_applied_and_verified() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let s = setup().await;
     let c = &s.client;
     let mismatched = [
@@ -346,7 +346,7 @@ async fn the_worked_example_is_refused_on_other_evidence_then_proposed_applied_a
 /// from the measured capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_behind_a_shared_bottleneck_is_not_verified_and_gets_a_measured_proposal() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     let s = setup().await;
     let c = &s.client;
     deploy(c, engines("qwen", "qwen", 8, &IDENTITY)).await;
@@ -399,7 +399,7 @@ async fn a_fleet_behind_a_shared_bottleneck_is_not_verified_and_gets_a_measured_
 /// a query that returns nothing is a condition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_gets_its_minimum_raised_and_a_prometheus_peak_is_planned() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let c = &s.client;
     deploy(c, engines("qwen", "qwen", 4, &IDENTITY)).await;
@@ -578,7 +578,7 @@ async fn patch_plan(client: &kube::Client, spec: Value) {
 /// status write), and a Prometheus query that does not answer in time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_are_conditions_and_an_oscillating_peak_does_not_flap_the_proposal() {
-    let _serial = SERIAL.lock().await;
+    let _machine = MACHINE.part().await;
     let s = setup().await;
     let c = &s.client;
     // The engines are never started: a plan reads only the Deployment and its /scale.

@@ -11,7 +11,7 @@ use goodput::sim::{Setup, preset};
 use tokio::net::TcpListener;
 
 /// Tests of one binary that time the engine run one at a time.
-pub use crate::SERIAL;
+pub use crate::MACHINE;
 
 /// The seed's Qwen2.5-7B / H100 setup.
 pub fn qwen() -> Setup {
@@ -41,7 +41,7 @@ pub fn client() -> reqwest::Client {
 
 /// Runs a test body under the global lock and a time limit.
 pub async fn bounded<F: Future<Output = ()>>(limit_s: u64, body: F) {
-    let _guard = SERIAL.lock().await;
+    let _machine = MACHINE.whole().await;
     tokio::time::timeout(Duration::from_secs(limit_s), body)
         .await
         .expect("test finished within its time limit");

@@ -285,7 +285,7 @@ impl Run<'_> {
             .collect();
         let cache = driver::plan_cache_mode(spec.peak.as_ref(), &capacities)
             .or_else(|| plan.cache_modes.first().copied())
-            .unwrap_or(crate::api::CacheModeName::Cold);
+            .unwrap_or(crate::api::CacheMode::Cold);
         let key = PointKey::Rate {
             cache,
             rate,
