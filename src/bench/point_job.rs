@@ -185,7 +185,8 @@ pub fn point_load(
     };
     if spec.target.api == TargetApi::Chat {
         config.api = crate::loadgen::Api::Chat;
-        config.text_words_per_token = Some(0.75);
+        // Calibrated against the server's tokenizer when the point starts.
+        config.text_words_per_token = Some(crate::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN);
         config.prompt_method = PromptMethod::TextEstimated;
     }
     let plan = PointPlan {

@@ -202,28 +202,6 @@ fn parse_config_map_name(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Words per token of the server's tokenizer, measured with `/tokenize` on a sample text.
-async fn calibrate_words_per_token(
-    client: &reqwest::Client,
-    target: &str,
-    model: &str,
-) -> Option<f64> {
-    let words = 400;
-    let text = goodput::loadgen::prompt::prompt_text(0, 0, words, None);
-    let body = serde_json::json!({"model": model, "prompt": text});
-    let r = client
-        .post(format!("{target}/tokenize"))
-        .json(&body)
-        .send()
-        .await
-        .ok()?;
-    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
-    let count = v["count"]
-        .as_f64()
-        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
-    (count > 0.0).then(|| f64::from(words) / count)
-}
-
 pub fn run(args: LoadgenArgs) -> Result<ExitCode> {
     use goodput::loadgen::prompt::PromptMethod;
     use goodput::loadgen::run::{LoadConfig, LoadMode};
@@ -306,12 +284,14 @@ pub fn run(args: LoadgenArgs) -> Result<ExitCode> {
         // Before any load: a result that cannot be handed over would waste the run.
         let result_config_map = connect_result_config_map(&args).await?;
         let client = goodput::http_client::load_client(args.http2)?;
+        // Chat prompts start from the estimate; the point calibrates it against the
+        // server's tokenizer before any load.
         let (text_words_per_token, prompt_method) = match args.api {
             ApiArg::Completions => (None, PromptMethod::TokenIds),
-            ApiArg::Chat => match calibrate_words_per_token(&client, &target, &model).await {
-                Some(w) => (Some(w), PromptMethod::TextCalibrated),
-                None => (Some(0.75), PromptMethod::TextEstimated),
-            },
+            ApiArg::Chat => (
+                Some(goodput::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN),
+                PromptMethod::TextEstimated,
+            ),
         };
         let mut metrics_targets = args.metrics_urls.clone();
         if args.metrics_discover {

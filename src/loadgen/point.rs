@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::prompt::PromptMethod;
+use super::prompt::{PromptMethod, words_per_token};
 use super::record::write_requests_csv;
 use super::run::{
     ClientFacts, LoadConfig, LoadMode, PointRun, open_loop_window_s, prewarm, run_point,
@@ -264,6 +264,9 @@ pub struct MeasuredPoint {
     pub schedule: ScheduleFacts,
     /// Wall clock (Unix seconds) at the schedule's time zero.
     pub started_unix_s: f64,
+    /// How the prompts were sized: the configuration's method, or `TextCalibrated` when a
+    /// chat point calibrated its estimate against the server's tokenizer.
+    pub prompt_method: PromptMethod,
 }
 
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
@@ -299,6 +302,21 @@ pub async fn measure_time_scaled(
     Ok(measured)
 }
 
+/// A chat point whose text prompts are sized by the estimate, with the ratio measured by
+/// the server's tokenizer instead when it serves `/tokenize` (one request, before any
+/// load); `None` when there is nothing to change.
+async fn chat_calibration(client: &reqwest::Client, config: &LoadConfig) -> Option<LoadConfig> {
+    if config.prompt_method != PromptMethod::TextEstimated {
+        return None;
+    }
+    let w = words_per_token(client, &config.target, &config.model).await?;
+    Some(LoadConfig {
+        text_words_per_token: Some(w),
+        prompt_method: PromptMethod::TextCalibrated,
+        ..config.clone()
+    })
+}
+
 /// Runs the point: schedule (continued until the window and sample rules hold), prewarm,
 /// load with scraping from the schedule's time zero (`plan.start_at_unix_s`, else at once),
 /// and continuation blocks for classes that failures left short. A shard of several
@@ -326,6 +344,14 @@ pub async fn measure_point(
     let requests = mine.len();
     let longest_prompt = mine.iter().map(|r| r.input_tokens).max().unwrap_or(1);
 
+    let calibrated;
+    let config = match chat_calibration(&client, config).await {
+        Some(c) => {
+            calibrated = c;
+            &calibrated
+        }
+        None => config,
+    };
     let prewarmed = match config.cache {
         CacheMode::Warm => prewarm(&client, config, longest_prompt).await,
         CacheMode::Cold => 0,
@@ -418,6 +444,7 @@ pub async fn measure_point(
             block_reasons,
         },
         started_unix_s,
+        prompt_method: config.prompt_method,
     })
 }
 
@@ -509,6 +536,7 @@ impl MeasuredPoint {
             self.series.as_ref(),
             self.prewarmed,
             self.schedule.clone(),
+            self.prompt_method,
         )
     }
 
@@ -842,6 +870,7 @@ fn summarize(
     series: Option<&MetricsSeries>,
     prewarmed: usize,
     schedule: ScheduleFacts,
+    prompt_method: PromptMethod,
 ) -> Result<PointSummaryFile, PointError> {
     let mut summary = PointSummary::new(plan.gate.clone());
     let (mut ok, mut e2e_sum_ms) = (0, 0.0);
@@ -864,7 +893,7 @@ fn summarize(
     let facts = PointFacts {
         mode: config.mode,
         cache: config.cache,
-        prompt_method: config.prompt_method,
+        prompt_method,
         prewarmed,
         schedule,
         client: run.client.clone(),

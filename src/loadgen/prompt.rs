@@ -1,8 +1,9 @@
 //! Prompt synthesis. By default a prompt is an array of token ids of exactly the scheduled
 //! length (the OpenAI completions API accepts them, and the engine then sees exactly that
 //! many input tokens; no tokenizer is involved). Chat needs text: words are generated and
-//! their count calibrated once per run against the server's `/tokenize` when it has one,
-//! else estimated at 0.75 words per token; the method is reported with the results.
+//! their count calibrated once per point (CLI, bench and Job alike) against the server's
+//! `/tokenize` when it has one, else estimated at 0.75 words per token; the method is
+//! reported with the results.
 //!
 //! Cache state is part of the experiment:
 //! - `cold`: every prompt starts with tokens unique to the request (seeded by the schedule
@@ -101,6 +102,30 @@ pub fn build_prompt(
     } else {
         Prompt::Tokens(prompt_tokens(seed, index, input_tokens, prefix))
     }
+}
+
+/// Words per token when the server has no tokenizer endpoint (about 0.75 for English text
+/// and the common BPE vocabularies).
+pub const ESTIMATED_WORDS_PER_TOKEN: f64 = 0.75;
+
+/// Words per token of the tokenizer behind `target`, measured with its `/tokenize` (vLLM's
+/// and SGLang's) on a sample text; `None` when it has no such endpoint or says nothing
+/// usable.
+pub async fn words_per_token(client: &reqwest::Client, target: &str, model: &str) -> Option<f64> {
+    let words = 400;
+    let text = prompt_text(0, 0, words, None);
+    let body = serde_json::json!({"model": model, "prompt": text});
+    let r = client
+        .post(format!("{target}/tokenize"))
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
+    let count = v["count"]
+        .as_f64()
+        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
+    (count > 0.0).then(|| f64::from(words) / count)
 }
 
 #[cfg(test)]

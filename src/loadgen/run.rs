@@ -70,7 +70,9 @@ pub struct LoadConfig {
     pub min_tokens: bool,
     /// Sampling temperature.
     pub temperature: Option<f64>,
-    /// Text prompts (chat) instead of token ids; words per token for their length.
+    /// Text prompts (chat) instead of token ids; words per token for their length. With
+    /// [`PromptMethod::TextEstimated`] the point replaces the estimate with the ratio of the
+    /// server's tokenizer when it serves `/tokenize`.
     pub text_words_per_token: Option<f64>,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,

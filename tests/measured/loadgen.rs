@@ -801,3 +801,30 @@ async fn closed_loop_throughput_never_beats_a_fixed_latency_server() {
     let rps = s.report.request_throughput_rps;
     assert!(rps <= C as f64 / per_request_s, "{rps} requests/s");
 }
+
+/// A chat point sized by the estimate is calibrated against the engine's `/tokenize` when
+/// it starts, whoever built it (the CLI, `goodput bench`, the operator's Job): the summary
+/// says so and the requests go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_point_calibrates_its_text_against_the_engines_tokenizer() {
+    let _machine = MACHINE.whole().await;
+    let f = fleet(20.0, FaultConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = LoadConfig {
+        api: Api::Chat,
+        text_words_per_token: Some(goodput::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN),
+        prompt_method: PromptMethod::TextEstimated,
+        ..config(f.router_url(), 20.0)
+    };
+    let plan = plan(
+        vec![class("chat", 1.0, 256, 16)],
+        20,
+        Arrival::Poisson,
+        gate(&[("chat", 10_000.0, 1_000.0)]),
+    );
+    let s = run(config, plan, dir.path()).await;
+    assert_eq!(s.prompt_method, PromptMethod::TextCalibrated);
+    assert_eq!(s.report.attempted, 20);
+    assert_eq!(s.report.failed, 0, "{:?}", s.report);
+    f.shutdown().await;
+}
