@@ -101,6 +101,11 @@ impl Trial {
         self.drift_fraction <= warn_fraction && self.lateness_fraction <= warn_fraction
     }
 
+    /// True when the median drift is over `refuse_fraction` (lateness alone never refuses).
+    pub fn refused(&self, refuse_fraction: f64) -> bool {
+        self.drift_fraction > refuse_fraction
+    }
+
     /// The larger of the two fractions, and what set it.
     fn worst_words(&self) -> (f64, String) {
         if self.lateness_fraction > self.drift_fraction {
@@ -166,7 +171,7 @@ impl Calibration {
     /// Why a fixed K is refused: its drift is over the refusal bound.
     pub fn refusal(&self) -> Option<String> {
         let t = self.chosen_trial()?;
-        (self.requested != "auto" && t.drift_fraction > self.refuse_fraction).then(|| {
+        (self.requested != "auto" && t.refused(self.refuse_fraction)).then(|| {
             format!(
                 "spec.target.simulated.timeScale: {} is too fast for this machine: the idle \
                  calibration drifted {:.1}% of the tightest cutoff ({}), over the {}% a \

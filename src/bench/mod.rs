@@ -840,7 +840,7 @@ async fn calibrate(
                 },
             )
             .await;
-            let refused = trial.drift_fraction > calibration::REFUSE_FRACTION;
+            let refused = trial.refused(calibration::REFUSE_FRACTION);
             trials.push(trial);
             if requested == TimeScale::Auto || !refused {
                 break;

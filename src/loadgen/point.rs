@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::prompt::{PromptMethod, words_per_token};
+use super::prompt::PromptMethod;
 use super::record::write_requests_csv;
 use super::run::{
     ClientFacts, LoadConfig, LoadMode, PointRun, open_loop_window_s, prewarm, run_point,
@@ -300,6 +300,26 @@ pub async fn measure_time_scaled(
         measure_point(client, &config.time_scaled(k), &plan.time_scaled(k), stop).await?;
     measured.rescale(k);
     Ok(measured)
+}
+
+/// Words per token of the tokenizer behind `target`, measured with its `/tokenize` (vLLM's
+/// and SGLang's) on a sample text; `None` when it has no such endpoint or says nothing
+/// usable.
+async fn words_per_token(client: &reqwest::Client, target: &str, model: &str) -> Option<f64> {
+    let words = 400;
+    let text = super::prompt::prompt_text(0, 0, words, None);
+    let body = serde_json::json!({"model": model, "prompt": text});
+    let r = client
+        .post(format!("{target}/tokenize"))
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
+    let count = v["count"]
+        .as_f64()
+        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
+    (count > 0.0).then(|| f64::from(words) / count)
 }
 
 /// A chat point whose text prompts are sized by the estimate, with the ratio measured by

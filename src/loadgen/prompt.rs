@@ -108,26 +108,6 @@ pub fn build_prompt(
 /// and the common BPE vocabularies).
 pub const ESTIMATED_WORDS_PER_TOKEN: f64 = 0.75;
 
-/// Words per token of the tokenizer behind `target`, measured with its `/tokenize` (vLLM's
-/// and SGLang's) on a sample text; `None` when it has no such endpoint or says nothing
-/// usable.
-pub async fn words_per_token(client: &reqwest::Client, target: &str, model: &str) -> Option<f64> {
-    let words = 400;
-    let text = prompt_text(0, 0, words, None);
-    let body = serde_json::json!({"model": model, "prompt": text});
-    let r = client
-        .post(format!("{target}/tokenize"))
-        .json(&body)
-        .send()
-        .await
-        .ok()?;
-    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
-    let count = v["count"]
-        .as_f64()
-        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
-    (count > 0.0).then(|| f64::from(words) / count)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
