@@ -202,6 +202,7 @@ impl Env {
             client,
             kubeconfig,
             dir,
+            ..
         } = setup().await;
         Env {
             client,
@@ -377,15 +378,7 @@ impl Drop for Env {
         let failed = std::thread::panicking();
         if failed && self.cluster.is_none() {
             // What the operator said, before the temporary directory goes.
-            if let Ok(log) = std::fs::read_to_string(self.log()) {
-                let lines: Vec<&str> = log.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(60)..];
-                eprintln!(
-                    "operator log (last {} lines):\n{}",
-                    tail.len(),
-                    tail.join("\n")
-                );
-            }
+            print_log_tail(&self.log());
         }
         if !self.created_namespace {
             return;
@@ -505,6 +498,9 @@ pub struct Setup {
     pub cluster: Cluster,
     pub client: kube::Client,
     pub kubeconfig: PathBuf,
+    /// The operator's log (`operator.log` in `dir`), printed if the test fails: declared
+    /// before `dir`, so it drops (and reads the log) before the directory is removed.
+    pub log_on_failure: LogOnFailure,
     pub dir: tempfile::TempDir,
 }
 
@@ -512,8 +508,32 @@ impl Setup {
     /// The operator as its own process on this cluster, pods running `image`, logging to
     /// `operator.log` in the setup's directory.
     pub fn operator(&self, image: &str, args: &[&str]) -> Operator {
-        let log = self.dir.path().join("operator.log");
-        Operator::start_with(&self.kubeconfig, image, &log, args)
+        Operator::start_with(&self.kubeconfig, image, &self.log_on_failure.0, args)
+    }
+}
+
+/// Prints the operator's log at its path when the test that holds it fails (before the
+/// temporary directory goes).
+pub struct LogOnFailure(PathBuf);
+
+impl Drop for LogOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_log_tail(&self.0);
+        }
+    }
+}
+
+/// The last 60 lines of the operator's log at `path`, on stderr (a failed test's output).
+fn print_log_tail(path: &Path) {
+    if let Ok(log) = std::fs::read_to_string(path) {
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(60)..];
+        eprintln!(
+            "operator log (last {} lines):\n{}",
+            tail.len(),
+            tail.join("\n")
+        );
     }
 }
 
@@ -550,11 +570,13 @@ pub async fn setup_with_scripts(scripts: &[(&str, &str)]) -> Setup {
             .await
             .expect("the CRD installs");
     }
+    let log_on_failure = LogOnFailure(dir.path().join("operator.log"));
     Setup {
         cluster,
         client,
         kubeconfig,
         dir,
+        log_on_failure,
     }
 }
 
