@@ -15,7 +15,7 @@
 //! | `requests_csv`    | [`read_requests`], then [`PointSummary::finish`]                |
 //! | `prometheus_text` | [`engine_metrics::parse`], [`detect`], [`parse_targets`]        |
 //! | `manifest_yaml`   | [`parse_manifest`]                                               |
-//! | `benchmark_yaml`  | `goodput lint`'s path: [`yaml_documents`], [`parse_benchmark`]   |
+//! | `benchmark_yaml`  | `goodput lint`'s path: [`yaml_documents`], [`parse_benchmark_document`] |
 //! | `trace_csv`       | [`parse_trace`], then a trace schedule ([`build_schedule`])     |
 //!
 //! [`engine_metrics::parse`]: crate::engine_metrics::parse()
@@ -25,7 +25,8 @@ use std::sync::OnceLock;
 
 use crate::analysis::{CsvError, GateConfig, PointSummary, QueueTrend, read_requests};
 use crate::api::{
-    BenchmarkError, document_name, is_benchmark_document, parse_benchmark, yaml_documents,
+    BenchmarkError, LoadedBenchmark, document_name, is_benchmark_document, parse_benchmark,
+    parse_benchmark_document, yaml_documents,
 };
 use crate::engine_metrics::profile::values;
 use crate::engine_metrics::scrape::metrics_url;
@@ -320,20 +321,20 @@ pub fn benchmark_yaml(data: &[u8]) {
     let documents = yaml_documents(text);
     let several = documents.len() > 1;
     for doc in &documents {
-        if several && !is_benchmark_document(doc) {
+        if several && !is_benchmark_document(&doc.text) {
             continue;
         }
-        let _ = document_name(doc);
-        check_benchmark(doc, path);
+        let _ = document_name(&doc.text);
+        check_benchmark(parse_benchmark_document(doc, path), path);
     }
     // A single document is also read whole, as `goodput bench` reads its file.
     if !several {
-        check_benchmark(text, path);
+        check_benchmark(parse_benchmark(text, path), path);
     }
 }
 
-fn check_benchmark(yaml: &str, path: &Path) {
-    match parse_benchmark(yaml, path) {
+fn check_benchmark(parsed: Result<LoadedBenchmark, BenchmarkError>, path: &Path) {
+    match parsed {
         Ok(loaded) => {
             assert!(loaded.findings.iter().all(|f| !f.path.is_empty()));
             let _ = loaded.manifest.gate_config();

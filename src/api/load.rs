@@ -123,30 +123,46 @@ pub fn resolved_in_cluster(finding: &Finding) -> bool {
             .contains("is resolved by the operator in a cluster")
 }
 
-/// The documents of a multi-document YAML file (split at `---` lines), each padded with
-/// the blank lines before it so that line numbers in messages are the file's. Documents
-/// that hold only comments or blanks are left out.
-pub fn yaml_documents(text: &str) -> Vec<String> {
+/// One document of a multi-document YAML file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct YamlDocument {
+    /// The document's own lines.
+    pub text: String,
+    /// Lines of the file before the document's first line: added to the line numbers in
+    /// messages about the document, so that they are the file's.
+    pub line_offset: usize,
+}
+
+/// The documents of a multi-document YAML file (split at `---` lines), each with the number
+/// of lines before it (so messages name the file's lines without copying the file's earlier
+/// lines into every document: a file of many documents costs its own size, not its size
+/// times their count). Documents that hold only comments or blanks are left out.
+pub fn yaml_documents(text: &str) -> Vec<YamlDocument> {
     let mut docs = Vec::new();
     let mut current = String::new();
     let mut start = 0;
     for (i, line) in text.lines().enumerate() {
         if line.trim_end() == "---" || line.starts_with("--- ") {
-            docs.push((start, std::mem::take(&mut current)));
+            docs.push(YamlDocument {
+                text: std::mem::take(&mut current),
+                line_offset: start,
+            });
             start = i + 1;
             continue;
         }
         current.push_str(line);
         current.push('\n');
     }
-    docs.push((start, current));
-    docs.into_iter()
-        .filter(|(_, d)| {
-            d.lines()
-                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-        })
-        .map(|(start, d)| "\n".repeat(start) + &d)
-        .collect()
+    docs.push(YamlDocument {
+        text: current,
+        line_offset: start,
+    });
+    docs.retain(|d| {
+        d.text
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
+    docs
 }
 
 /// Whether a YAML document is a CapacityBenchmark (by its `kind`).
@@ -164,22 +180,24 @@ pub fn document_name(doc: &str) -> Option<String> {
 /// the types do not know is an error (a file a person wrote); otherwise ignored (what
 /// `kubectl get -o yaml` prints). Errors name the field path, line and column.
 pub fn parse_kind<T: DeserializeOwned>(text: &str, kind: &str, strict: bool) -> Result<T, String> {
-    let docs: Vec<String> = yaml_documents(text)
+    let docs: Vec<YamlDocument> = yaml_documents(text)
         .into_iter()
-        .filter(|d| serde_saphyr::from_str::<serde_json::Value>(d).is_ok_and(|v| v["kind"] == kind))
+        .filter(|d| {
+            serde_saphyr::from_str::<serde_json::Value>(&d.text).is_ok_and(|v| v["kind"] == kind)
+        })
         .collect();
     match docs.as_slice() {
         [doc] if strict => {
             // A custom resource's type holds `apiVersion` and `kind` in its derive, not as
             // fields: those two are known at the root.
-            let (value, unknown) = parse_yaml(doc)?;
+            let (value, unknown) = parse_yaml(&doc.text, doc.line_offset)?;
             let type_meta = |p: &FieldPath| matches!(p.0.as_slice(), [Segment::Key(k)] if k == "apiVersion" || k == "kind");
             match unknown.iter().find(|p| !type_meta(p)) {
-                Some(path) => Err(unknown_field_message(doc, path)),
+                Some(path) => Err(unknown_field_message(&doc.text, doc.line_offset, path)),
                 None => Ok(value),
             }
         }
-        [doc] => from_yaml(doc),
+        [doc] => from_yaml(&doc.text, doc.line_offset),
         [] => Err(format!("no document of kind {kind}")),
         _ => Err(format!(
             "{} documents of kind {kind}; give a file with one",
@@ -228,18 +246,36 @@ pub fn check_benchmark(
 /// `apiVersion`/`kind` is an `Err`; a benchmark that parses but breaks rules is `Ok`, with
 /// the errors among its findings.
 pub fn parse_benchmark(yaml: &str, path: &Path) -> Result<LoadedBenchmark, BenchmarkError> {
+    parse_benchmark_at(yaml, 0, path)
+}
+
+/// [`parse_benchmark`] of one document of a file ([`yaml_documents`]): its messages name
+/// the file's lines.
+pub fn parse_benchmark_document(
+    doc: &YamlDocument,
+    path: &Path,
+) -> Result<LoadedBenchmark, BenchmarkError> {
+    parse_benchmark_at(&doc.text, doc.line_offset, path)
+}
+
+/// [`parse_benchmark`] of YAML that starts after `line_offset` lines of its file.
+fn parse_benchmark_at(
+    yaml: &str,
+    line_offset: usize,
+    path: &Path,
+) -> Result<LoadedBenchmark, BenchmarkError> {
     let parse_error = |message| BenchmarkError::Parse {
         path: path.to_path_buf(),
         message,
     };
-    let header: Header = from_yaml(yaml).map_err(parse_error)?;
+    let header: Header = from_yaml(yaml, line_offset).map_err(parse_error)?;
     header
         .check()
         .map_err(|message| BenchmarkError::NotABenchmark {
             path: path.to_path_buf(),
             message,
         })?;
-    let doc: Document = from_yaml_strict(yaml).map_err(parse_error)?;
+    let doc: Document = from_yaml_strict(yaml, line_offset).map_err(parse_error)?;
     let benchmark = CapacityBenchmark {
         metadata: doc.metadata,
         spec: doc.spec,
@@ -362,7 +398,7 @@ fn resolve_manifest(
             );
         }
     };
-    match from_yaml::<WorkloadManifest>(&yaml) {
+    match from_yaml::<WorkloadManifest>(&yaml, 0) {
         Ok(manifest) => Some(manifest),
         Err(message) => error(
             "spec.workload.manifestFile",
@@ -450,26 +486,29 @@ struct Document {
 }
 
 /// Deserializes YAML; the error names the field path (`spec.experiments.rateSweep.rates[1]`)
-/// and carries the parser's line and column, all on one line. Fields the types do not know
-/// are ignored, as the types do.
-fn from_yaml<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
-    parse_yaml(yaml).map(|(value, _)| value)
+/// and carries the parser's line and column (plus `line_offset`, the lines before this YAML
+/// in its file), all on one line. Fields the types do not know are ignored, as the types do.
+fn from_yaml<T: DeserializeOwned>(yaml: &str, line_offset: usize) -> Result<T, String> {
+    parse_yaml(yaml, line_offset).map(|(value, _)| value)
 }
 
 /// [`from_yaml`], and a field the types do not know is an error too, named like a parse
 /// error (path, line, column). The custom-resource types ignore unknown fields so that an
 /// operator older than its CRD still reads newer objects; a benchmark file read here is
 /// checked strictly, so that a misspelt field is not silently dropped.
-fn from_yaml_strict<T: DeserializeOwned>(yaml: &str) -> Result<T, String> {
-    let (value, unknown) = parse_yaml(yaml)?;
+fn from_yaml_strict<T: DeserializeOwned>(yaml: &str, line_offset: usize) -> Result<T, String> {
+    let (value, unknown) = parse_yaml(yaml, line_offset)?;
     match unknown.first() {
-        Some(path) => Err(unknown_field_message(yaml, path)),
+        Some(path) => Err(unknown_field_message(yaml, line_offset, path)),
         None => Ok(value),
     }
 }
 
 /// The value and the paths of the fields it ignored, in document order.
-fn parse_yaml<T: DeserializeOwned>(yaml: &str) -> Result<(T, Vec<FieldPath>), String> {
+fn parse_yaml<T: DeserializeOwned>(
+    yaml: &str,
+    line_offset: usize,
+) -> Result<(T, Vec<FieldPath>), String> {
     let mut field = String::new();
     let mut unknown = Vec::new();
     let mut options = serde_saphyr::Options::default();
@@ -483,7 +522,9 @@ fn parse_yaml<T: DeserializeOwned>(yaml: &str) -> Result<(T, Vec<FieldPath>), St
         })
     });
     let value = parsed.map_err(|e| {
-        let text = e.to_string();
+        let mut render = serde_saphyr::RenderOptions::default();
+        render.line_offset = line_offset as u64;
+        let text = e.render_with_options(render);
         let message = one_line(text.strip_prefix("error: ").unwrap_or(&text));
         if field.is_empty() || field == "." {
             message
@@ -547,7 +588,7 @@ impl std::fmt::Display for FieldPath {
 /// `field `spec.x.y`: unknown field `y`, expected one of a, b at line L, column C`, worded
 /// as the parser words an unknown field of a strict type. The expected fields come from the
 /// CRD's schema; the line and column from the YAML events (both left out when not found).
-fn unknown_field_message(yaml: &str, path: &FieldPath) -> String {
+fn unknown_field_message(yaml: &str, line_offset: usize, path: &FieldPath) -> String {
     let name = match path.0.last() {
         Some(Segment::Key(key)) => key.clone(),
         Some(Segment::Index(index)) => index.to_string(),
@@ -559,6 +600,7 @@ fn unknown_field_message(yaml: &str, path: &FieldPath) -> String {
         message.push_str(&format!(", expected one of {}", expected.join(", ")));
     }
     if let Some((line, column)) = key_location(yaml, &path.0) {
+        let line = line + line_offset;
         message.push_str(&format!(" at line {line}, column {column}"));
     }
     message

@@ -40,15 +40,15 @@ pub fn run(args: LintArgs) -> Result<ExitCode> {
         let several = documents.len() > 1;
         let mut benchmarks = 0;
         for doc in &documents {
-            if several && !goodput::api::is_benchmark_document(doc) {
+            if several && !goodput::api::is_benchmark_document(&doc.text) {
                 continue;
             }
             benchmarks += 1;
-            let label = match (several, goodput::api::document_name(doc)) {
+            let label = match (several, goodput::api::document_name(&doc.text)) {
                 (true, Some(n)) => format!("{name} ({n})"),
                 _ => name.to_string(),
             };
-            match goodput::api::parse_benchmark(doc, path) {
+            match goodput::api::parse_benchmark_document(doc, path) {
                 Err(e) => {
                     failed = true;
                     writeln!(out, "{label}: error: {}", e.message())?;

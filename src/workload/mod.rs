@@ -336,7 +336,8 @@ mod tests {
             .find(|f| f.path == "client.class_schedule_counts")
             .expect("a finding about the counts");
         assert!(f.message.contains("18446744073709558215"), "{f}");
-        // A huge total with consistent counts validates at once (no per-request work).
+        // A huge total with consistent counts is judged at once (no per-request work), and
+        // refused only for its size: a schedule block is built in memory.
         let yaml = SEED_MANIFEST_YAML
             .replace("22000", "2200000000000000000")
             .replace(
@@ -344,6 +345,22 @@ mod tests {
                 "{interactive: 1540000000000000000, long_context: 440000000000000000, \
                  generation_heavy: 220000000000000000}",
             );
+        let Err(ManifestError::Invalid { findings, .. }) =
+            parse_manifest(&yaml, Path::new("m.yaml"))
+        else {
+            panic!("a schedule block of 2.2e18 requests must be refused");
+        };
+        assert_eq!(paths(&findings), ["client.initial_scheduled_requests"]);
+        assert!(
+            findings[0].message.contains("limit of 1000000"),
+            "{}",
+            findings[0]
+        );
+        // The limit itself is accepted.
+        let yaml = SEED_MANIFEST_YAML.replace("22000", "1000000").replace(
+            "{interactive: 15400, long_context: 4400, generation_heavy: 2200}",
+            "{interactive: 700000, long_context: 200000, generation_heavy: 100000}",
+        );
         assert!(parse_manifest(&yaml, Path::new("m.yaml")).is_ok());
     }
 

@@ -39,6 +39,13 @@ impl fmt::Display for Finding {
 /// Mixes must sum to 1 within this tolerance.
 pub const MIX_SUM_TOLERANCE: f64 = 1e-9;
 
+/// The most requests one schedule block may hold (`client.initial_scheduled_requests`).
+/// A block is built in memory before a point starts (about 40 bytes a request, more in
+/// the records it produces), so a manifest may not ask for an unbounded one: a million is
+/// over 16 minutes at 1,000 requests per second, and a point that needs more time
+/// continues the schedule in further blocks.
+pub const MAX_SCHEDULED_REQUESTS: u64 = 1_000_000;
+
 /// Checks a manifest and returns every finding, errors and warnings, in field order.
 pub fn validate(m: &WorkloadManifest) -> Vec<Finding> {
     let mut out = Findings::default();
@@ -87,6 +94,15 @@ pub fn validate(m: &WorkloadManifest) -> Vec<Finding> {
     }
     if c.initial_scheduled_requests == 0 {
         out.error("client.initial_scheduled_requests", "must be at least 1");
+    } else if c.initial_scheduled_requests > MAX_SCHEDULED_REQUESTS {
+        out.error(
+            "client.initial_scheduled_requests",
+            format!(
+                "{} is over the limit of {MAX_SCHEDULED_REQUESTS} requests per schedule block \
+                 (a point's schedule is held in memory; a longer run continues in blocks)",
+                c.initial_scheduled_requests
+            ),
+        );
     }
     if let Some(shape) = c.burstiness
         && !(shape.is_finite() && shape > 0.0)

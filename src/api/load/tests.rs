@@ -443,18 +443,58 @@ fn documents_keep_the_files_line_numbers() {
             + VALID;
     let docs = yaml_documents(&text);
     assert_eq!(docs.len(), 2, "the comment-only document is left out");
-    assert!(!is_benchmark_document(&docs[0]));
-    assert!(is_benchmark_document(&docs[1]));
-    assert_eq!(document_name(&docs[0]).as_deref(), Some("s"));
-    // The benchmark starts on the file's line 8, and its lines keep their numbers.
-    assert_eq!(docs[1].lines().position(|l| !l.is_empty()), Some(7));
+    assert!(!is_benchmark_document(&docs[0].text));
+    assert!(is_benchmark_document(&docs[1].text));
+    assert_eq!(document_name(&docs[0].text).as_deref(), Some("s"));
+    // The benchmark starts on the file's line 8: 7 lines come before it.
+    assert_eq!(docs[1].line_offset, 7);
+    assert!(docs[1].text.starts_with(VALID.lines().next().unwrap()));
     let broken = text.replacen(
         "kind: CapacityBenchmark",
         "kind: CapacityBenchmark\nbogus: 1",
         1,
     );
-    let err = parse(&yaml_documents(&broken)[1]).unwrap_err().message();
+    let path = Path::new("b.yaml");
+    let doc = &yaml_documents(&broken)[1];
+    let err = parse_benchmark_document(doc, path).unwrap_err().message();
     assert!(err.contains("line 11"), "{err}"); // the file's line of `bogus`
+    // A parser error (not an unknown field) names the file's line too.
+    let malformed = text.replacen(
+        "kind: CapacityBenchmark",
+        "kind: CapacityBenchmark\nspec: [",
+        1,
+    );
+    let doc = &yaml_documents(&malformed)[1];
+    let err = parse_benchmark_document(doc, path).unwrap_err().message();
+    let alone = parse(&doc.text).unwrap_err().message();
+    assert_ne!(err, alone, "the offset moves the line: {err}");
+    let line = |m: &str| -> usize {
+        let at = m.find("line ").expect("a line number") + 5;
+        m[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(line(&err), line(&alone) + 7, "{err} / {alone}");
+}
+
+/// Found with the `benchmark_yaml` fuzz target: each document was padded with one newline
+/// per line before it, so a file of many small documents cost its size times their count
+/// (180 KB of them took 480 MB). The documents together now hold no more than the file.
+#[test]
+fn many_documents_cost_the_files_size() {
+    let text = "a: 1\n---\n".repeat(30_000);
+    let docs = yaml_documents(&text);
+    assert_eq!(docs.len(), 30_000);
+    let held: usize = docs.iter().map(|d| d.text.len()).sum();
+    assert!(
+        held <= text.len(),
+        "{held} bytes held for a {}-byte file",
+        text.len()
+    );
+    assert_eq!(docs[29_999].line_offset, 59_998);
 }
 
 #[test]
