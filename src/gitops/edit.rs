@@ -33,16 +33,25 @@ pub enum EditTarget {
     /// (Deployment, StatefulSet, LeaderWorkerSet, ...). When `namespace` is given, a document
     /// that has a `metadata.namespace` must also match it; one without a namespace still matches.
     Workload {
+        /// The document's `kind`.
         kind: String,
+        /// The document's `metadata.name`.
         name: String,
+        /// The namespace a document that names one must be in.
         namespace: Option<String>,
     },
     /// A dotted key path in the first document of a Helm values file, e.g. `vllm.replicaCount`.
     /// Sequence items are addressed as `items[0].count`. A key that itself contains a dot cannot
     /// be addressed.
-    HelmValues { path: String },
+    HelmValues {
+        /// The dotted key path.
+        path: String,
+    },
     /// `replicas[i].count` of the Kustomize `replicas:` entry whose `name` matches.
-    KustomizeReplicas { name: String },
+    KustomizeReplicas {
+        /// The entry's `name`.
+        name: String,
+    },
 }
 
 impl fmt::Display for EditTarget {
@@ -96,18 +105,29 @@ pub enum EditError {
     /// The file is not valid YAML.
     #[error("the YAML does not parse at line {line}:{column}: {message}")]
     Parse {
+        /// 1-based line of the error.
         line: usize,
+        /// 1-based column of the error.
         column: usize,
+        /// The parser's message.
         message: String,
     },
     /// Nothing in the file matches the target.
     #[error("{target} not found: {hint}")]
-    NotFound { target: String, hint: String },
+    NotFound {
+        /// The target, as it reads ([`EditTarget`]'s display).
+        target: String,
+        /// What the file has instead, to help correct the target.
+        hint: String,
+    },
     /// More than one place matches the target.
     #[error("{target} is ambiguous: {count} matches, at lines {lines}", lines = join_lines(.lines))]
     Ambiguous {
+        /// The target, as it reads.
         target: String,
+        /// How many places match.
         count: usize,
+        /// Their 1-based lines.
         lines: Vec<usize>,
     },
     /// The value is shared through an anchor: it is an alias `*x`, comes in through a merge key
@@ -117,21 +137,34 @@ pub enum EditError {
          `<<:`, or an anchor `&name` used elsewhere); editing the anchor would change every place \
          that uses it, so goodput will not. Write the number directly under the target instead"
     )]
-    Alias { target: String, line: usize },
+    Alias {
+        /// The target, as it reads.
+        target: String,
+        /// 1-based line of the value.
+        line: usize,
+    },
     /// The value is a block scalar (`|` or `>`).
     #[error(
         "{target} at line {line} is a block scalar (`|` or `>`); goodput edits only a plain or \
          quoted integer"
     )]
-    BlockScalar { target: String, line: usize },
+    BlockScalar {
+        /// The target, as it reads.
+        target: String,
+        /// 1-based line of the value.
+        line: usize,
+    },
     /// The value has an explicit tag such as `!!int` or `!!str`.
     #[error(
         "{target} at line {line} has the explicit tag `{tag}`; goodput edits only an untagged \
          integer"
     )]
     Tagged {
+        /// The target, as it reads.
         target: String,
+        /// The tag as written.
         tag: String,
+        /// 1-based line of the value.
         line: usize,
     },
     /// The value is not a non-negative decimal integer.
@@ -140,13 +173,19 @@ pub enum EditError {
          no leading zero)"
     )]
     NotInteger {
+        /// The target, as it reads.
         target: String,
+        /// The value as written.
         value: String,
+        /// 1-based line of the value.
         line: usize,
     },
     /// Parsing the edited text again did not show exactly the one intended change.
     #[error("the edit did not verify, nothing was changed: {message}")]
-    Verify { message: String },
+    Verify {
+        /// What the second parse found.
+        message: String,
+    },
 }
 
 impl EditError {

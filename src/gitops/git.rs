@@ -60,12 +60,19 @@ pub enum GitAuth {
     /// HTTPS: sent as `http.extraHeader: Authorization: Basic base64(username:token)` through
     /// `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` in git's environment.
     /// GitHub wants the username `x-access-token`; GitLab accepts `oauth2`.
-    Token { username: String, token: String },
+    Token {
+        /// The Basic-auth user name.
+        username: String,
+        /// The access token (the Basic-auth password).
+        token: String,
+    },
     /// SSH: the key is written to a 0600 file in the checkout's temporary directory and used
     /// through `GIT_SSH_COMMAND` with `-o IdentitiesOnly=yes -o StrictHostKeyChecking=yes
     /// -o UserKnownHostsFile=<file> -F /dev/null`; `known_hosts` must list the server's key.
     SshKey {
+        /// The OpenSSH private key, without a passphrase.
         private_key: String,
+        /// `known_hosts` lines for the server.
         known_hosts: String,
     },
 }
@@ -91,7 +98,9 @@ impl fmt::Debug for GitAuth {
 /// Author and committer of the proposal commits.
 #[derive(Clone, Debug)]
 pub struct Author {
+    /// `user.name`.
     pub name: String,
+    /// `user.email`.
     pub email: String,
 }
 
@@ -116,16 +125,28 @@ impl fmt::Debug for Signing {
 pub enum GitError {
     /// The remote refused the credentials (or none were given and it needs some).
     #[error("git authentication failed: {message}")]
-    Auth { message: String },
+    Auth {
+        /// What git said, without credentials.
+        message: String,
+    },
     /// No repository at that URL (or the credentials may not see it).
     #[error("git repository not found: {message}")]
-    RepoNotFound { message: String },
+    RepoNotFound {
+        /// What git said, without credentials.
+        message: String,
+    },
     /// The repository has no branch by that name.
     #[error("base branch {base:?} not found in the repository")]
-    BaseNotFound { base: String },
+    BaseNotFound {
+        /// The branch asked for.
+        base: String,
+    },
     /// The file is not in the commit that was read.
     #[error("file {path:?} not found in the repository")]
-    FileNotFound { path: String },
+    FileNotFound {
+        /// The path in the repository.
+        path: String,
+    },
     /// The branch no longer points at the commit we expected: someone else pushed to it
     /// (or deleted it, then `remote_sha` is `None`). Nothing was overwritten.
     #[error(
@@ -133,27 +154,46 @@ pub enum GitError {
         remote_sha.as_deref().unwrap_or("nothing: deleted")
     )]
     LeaseRejected {
+        /// The branch.
         branch: String,
+        /// Where it points now (`None`: deleted).
         remote_sha: Option<String>,
     },
     /// The remote refused the update: a protected branch or a hook that declined it.
     #[error("push rejected by the remote: {message}")]
-    PushRejected { message: String },
+    PushRejected {
+        /// What git said, without credentials.
+        message: String,
+    },
     /// The remote could not be reached, or the command timed out; worth retrying.
     #[error("git remote unavailable: {message}")]
-    Unavailable { message: String },
+    Unavailable {
+        /// What git said, without credentials.
+        message: String,
+    },
     /// A program git needs is not on `PATH`.
     #[error(
         "`{program}` was not found on PATH: the operator image needs the git command line \
          (and ssh/ssh-keygen for SSH remotes or signing)"
     )]
-    NotInstalled { program: &'static str },
+    NotInstalled {
+        /// The program's name.
+        program: &'static str,
+    },
     /// A branch name, path or sha that goodput refuses to hand to git.
     #[error("invalid git input: {message}")]
-    InvalidInput { message: String },
+    InvalidInput {
+        /// What is wrong with it.
+        message: String,
+    },
     /// Any other failure of a git command (`args` holds no secrets).
     #[error("`git {args}` failed: {message}")]
-    Command { args: String, message: String },
+    Command {
+        /// The command's arguments.
+        args: String,
+        /// What git said, without credentials.
+        message: String,
+    },
     /// Local files of the checkout.
     #[error("git checkout I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -5,10 +5,10 @@ use crate::analysis::GateRule;
 use crate::api::CacheMode;
 
 /// Shown for a missing or non-finite value.
-pub const MISSING: &str = "-";
+pub(crate) const MISSING: &str = "-";
 
 /// A rate (RPS) with at most two decimals and no trailing zeros: `12`, `12.5`, `0.33`.
-pub fn rate(x: f64) -> String {
+pub(crate) fn rate(x: f64) -> String {
     if !x.is_finite() {
         return MISSING.into();
     }
@@ -18,12 +18,12 @@ pub fn rate(x: f64) -> String {
 }
 
 /// An optional rate.
-pub fn opt_rate(x: Option<f64>) -> String {
+pub(crate) fn opt_rate(x: Option<f64>) -> String {
     x.map_or_else(|| MISSING.into(), rate)
 }
 
 /// A fraction as a percentage with one decimal: `0.951` → `95.1%`.
-pub fn pct(x: Option<f64>) -> String {
+pub(crate) fn pct(x: Option<f64>) -> String {
     match x {
         Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
         _ => MISSING.into(),
@@ -31,7 +31,7 @@ pub fn pct(x: Option<f64>) -> String {
 }
 
 /// A latency in milliseconds with one decimal.
-pub fn ms(x: Option<f64>) -> String {
+pub(crate) fn ms(x: Option<f64>) -> String {
     match x {
         Some(v) if v.is_finite() => format!("{v:.1}"),
         _ => MISSING.into(),
@@ -39,7 +39,7 @@ pub fn ms(x: Option<f64>) -> String {
 }
 
 /// A throughput in tokens per second, whole.
-pub fn tokens_per_s(x: f64) -> String {
+pub(crate) fn tokens_per_s(x: f64) -> String {
     if x.is_finite() {
         format!("{x:.0}")
     } else {
@@ -48,7 +48,7 @@ pub fn tokens_per_s(x: f64) -> String {
 }
 
 /// The cache mode as it is written in the spec.
-pub fn mode_name(mode: CacheMode) -> &'static str {
+pub(crate) fn mode_name(mode: CacheMode) -> &'static str {
     match mode {
         CacheMode::Cold => "cold",
         CacheMode::Warm => "warm",
@@ -56,7 +56,7 @@ pub fn mode_name(mode: CacheMode) -> &'static str {
 }
 
 /// A gate rule in one word, for compact listings.
-pub fn rule_word(rule: GateRule) -> &'static str {
+pub(crate) fn rule_word(rule: GateRule) -> &'static str {
     match rule {
         GateRule::SampleSize => "samples",
         GateRule::Attainment => "attainment",

@@ -7,7 +7,7 @@ use crate::planning::{WeakestClass, assess};
 
 /// One run of one point, with what the selection concluded about it.
 #[derive(Clone, Debug)]
-pub struct PointRow<'a> {
+pub(crate) struct PointRow<'a> {
     /// The run.
     pub point: &'a PointResult,
     /// Gate verdict.
@@ -22,14 +22,14 @@ pub struct PointRow<'a> {
 
 impl PointRow<'_> {
     /// The run's offered rate.
-    pub fn offered_rps(&self) -> f64 {
+    pub(crate) fn offered_rps(&self) -> f64 {
         self.point.offered_rps
     }
 }
 
 /// The runs of one offered rate.
 #[derive(Clone, Debug)]
-pub struct RateGroup<'a> {
+pub(crate) struct RateGroup<'a> {
     /// Offered rate.
     pub offered_rps: f64,
     /// Its runs, by repeat.
@@ -38,7 +38,7 @@ pub struct RateGroup<'a> {
 
 /// Every run of `mode`, sorted by offered rate then repeat, each judged by the planning
 /// core's [`assess`] (the same judgement the capacity selection makes).
-pub fn point_rows<'a>(mode: &'a ModeResult, gate: &GateConfig) -> Vec<PointRow<'a>> {
+pub(crate) fn point_rows<'a>(mode: &'a ModeResult, gate: &GateConfig) -> Vec<PointRow<'a>> {
     let mut points: Vec<&PointResult> = mode.points.iter().collect();
     points.sort_by(|a, b| {
         a.offered_rps
@@ -61,7 +61,7 @@ pub fn point_rows<'a>(mode: &'a ModeResult, gate: &GateConfig) -> Vec<PointRow<'
 }
 
 /// Sorted rows grouped by offered rate.
-pub fn rate_groups<'a>(rows: &[PointRow<'a>]) -> Vec<RateGroup<'a>> {
+pub(crate) fn rate_groups<'a>(rows: &[PointRow<'a>]) -> Vec<RateGroup<'a>> {
     let mut groups: Vec<RateGroup<'a>> = Vec::new();
     for row in rows {
         match groups.last_mut() {
@@ -76,12 +76,15 @@ pub fn rate_groups<'a>(rows: &[PointRow<'a>]) -> Vec<RateGroup<'a>> {
 }
 
 /// The report of the class the sweep table details (the first in manifest order).
-pub fn first_class<'a>(class_names: &[String], point: &'a PointResult) -> Option<&'a ClassReport> {
+pub(crate) fn first_class<'a>(
+    class_names: &[String],
+    point: &'a PointResult,
+) -> Option<&'a ClassReport> {
     point.report.classes.get(class_names.first()?)
 }
 
 /// The label of a run: `16 RPS`, or `16 RPS, repeat 1` when rates are repeated.
-pub fn run_label(row: &PointRow<'_>, repeats: u32) -> String {
+pub(crate) fn run_label(row: &PointRow<'_>, repeats: u32) -> String {
     let rate = super::figures::rate(row.offered_rps());
     if repeats > 1 {
         format!("{rate} RPS, repeat {}", row.point.repeat)

@@ -36,7 +36,7 @@ use crate::loadgen::record::{RequestRecord, read_records};
 use crate::workload::WorkloadManifest;
 
 /// How often the target's EndpointSlices are read once the fault is in (wall clock).
-pub const WATCH_POLL: Duration = Duration::from_millis(200);
+pub(crate) const WATCH_POLL: Duration = Duration::from_millis(200);
 /// How often a test whose replica serves again is looked at until its Job completes.
 const AFTER_POLL: Duration = Duration::from_secs(2);
 

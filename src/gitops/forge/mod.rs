@@ -33,6 +33,7 @@ pub enum ForgeKind {
 /// Where the repository lives on its forge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepoCoordinates {
+    /// Which forge's API it speaks.
     pub kind: ForgeKind,
     /// The REST API root, without a trailing slash: `https://api.github.com`,
     /// `https://ghe.example.com/api/v3`, `https://gitlab.example.com/api/v4`.
@@ -86,6 +87,7 @@ pub enum PrState {
     Open,
     /// Closed without merging.
     Closed,
+    /// Merged into its base.
     Merged,
 }
 
@@ -96,10 +98,13 @@ pub struct PullRequest {
     pub number: u64,
     /// The page a human opens.
     pub url: String,
+    /// Open, closed or merged.
     pub state: PrState,
+    /// The branch with the change.
     pub head_branch: String,
     /// The commit the head branch points at, when the forge reports it.
     pub head_sha: Option<String>,
+    /// The title.
     pub title: String,
     /// The description (empty when the forge has none).
     pub body: String,
@@ -108,16 +113,20 @@ pub struct PullRequest {
 /// What [`Forge::create`] opens.
 #[derive(Clone, Debug)]
 pub struct NewPullRequest<'a> {
+    /// The title.
     pub title: &'a str,
+    /// The description (Markdown).
     pub body: &'a str,
     /// The branch with the change.
     pub head: &'a str,
     /// The branch to merge into.
     pub base: &'a str,
+    /// Labels to set (created by the forge where it does that).
     pub labels: &'a [String],
     /// User logins. On GitHub, `team:slug` or `org/slug` requests a team review; GitLab has
     /// no team reviewers, so those are skipped with a warning there.
     pub reviewers: &'a [String],
+    /// User logins to assign.
     pub assignees: &'a [String],
 }
 
@@ -180,11 +189,14 @@ pub trait Forge: Send + Sync {
 
 /// Either forge, so callers can hold one type.
 pub enum AnyForge {
+    /// GitHub (github.com, Enterprise Server or GHE.com).
     GitHub(GitHub),
+    /// GitLab (gitlab.com or self-managed).
     GitLab(GitLab),
 }
 
 impl AnyForge {
+    /// Which forge this is.
     pub fn kind(&self) -> ForgeKind {
         match self {
             Self::GitHub(_) => ForgeKind::GitHub,
@@ -299,20 +311,50 @@ pub fn connect(coords: &RepoCoordinates, auth: ForgeAuth) -> Result<AnyForge, Fo
 /// own `message`, cut to about 300 characters.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ForgeError {
+    /// 401: the credential is wrong or expired.
     #[error("the forge rejected the credentials (401 Unauthorized)")]
     Unauthorized,
+    /// 403 (not a rate limit): the credential may not do this.
     #[error("the forge refused the request (403 Forbidden): {message}")]
-    Forbidden { message: String },
+    Forbidden {
+        /// The forge's message.
+        message: String,
+    },
+    /// 404: the repository, branch or pull request does not exist (or is hidden from the
+    /// credential).
     #[error("not found on the forge: {what}")]
-    NotFound { what: String },
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The forge's rate limit: a 429, or on GitHub a 403 whose headers or message say
+    /// so (a 403 without them is [`ForgeError::Forbidden`]).
     #[error("the forge's rate limit was hit; retry in {}s", retry_after.as_secs())]
-    RateLimited { retry_after: Duration },
+    RateLimited {
+        /// When the forge allows the next call.
+        retry_after: Duration,
+    },
+    /// 422, or any other 4xx not named above: the request is invalid, e.g. a pull request
+    /// for that branch exists already.
     #[error("the forge rejected the request: {message}")]
-    Validation { message: String },
+    Validation {
+        /// The forge's message.
+        message: String,
+    },
+    /// 5xx: the forge failed; retried after a while.
     #[error("the forge failed ({status}): {message}")]
-    Server { status: u16, message: String },
+    Server {
+        /// The HTTP status.
+        status: u16,
+        /// The forge's message.
+        message: String,
+    },
+    /// No usable answer: the connection failed or timed out, or a success's body did not
+    /// parse (a proxy's page, say).
     #[error("cannot reach the forge: {0}")]
     Transport(String),
+    /// The settings cannot work (a repository URL it cannot read, a GitHub App key that
+    /// does not load).
     #[error("forge configuration: {0}")]
     Config(String),
 }
