@@ -167,7 +167,12 @@ pub fn yaml_documents(text: &str) -> Vec<YamlDocument> {
 
 /// Whether a YAML document is a CapacityBenchmark (by its `kind`).
 pub fn is_benchmark_document(doc: &str) -> bool {
-    serde_saphyr::from_str::<serde_json::Value>(doc).is_ok_and(|v| v["kind"] == "CapacityBenchmark")
+    is_kind(doc, KIND)
+}
+
+/// Whether a YAML document parses and its `kind` is `kind`.
+fn is_kind(doc: &str, kind: &str) -> bool {
+    serde_saphyr::from_str::<serde_json::Value>(doc).is_ok_and(|v| v["kind"] == kind)
 }
 
 /// A YAML document's `metadata.name`, if it has one.
@@ -182,9 +187,7 @@ pub fn document_name(doc: &str) -> Option<String> {
 pub fn parse_kind<T: DeserializeOwned>(text: &str, kind: &str, strict: bool) -> Result<T, String> {
     let docs: Vec<YamlDocument> = yaml_documents(text)
         .into_iter()
-        .filter(|d| {
-            serde_saphyr::from_str::<serde_json::Value>(&d.text).is_ok_and(|v| v["kind"] == kind)
-        })
+        .filter(|d| is_kind(&d.text, kind))
         .collect();
     match docs.as_slice() {
         [doc] if strict => {

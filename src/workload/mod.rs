@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 pub use manifest::*;
 pub(crate) use validate::Findings;
-pub use validate::{Finding, MAX_SCHEDULED_REQUESTS, MIX_SUM_TOLERANCE, Severity, validate};
+pub use validate::{Finding, MIX_SUM_TOLERANCE, Severity, validate};
 
 use crate::analysis::{ClassSlo, GateConfig};
 

@@ -108,6 +108,13 @@ pub struct ScheduledRequest {
     pub prefix: Option<u32>,
 }
 
+/// The most requests one schedule block may hold (`client.initial_scheduled_requests`, or
+/// the load generator's `--requests`). A block is built in memory before its point starts
+/// (about 40 bytes a request, more in the records it produces), so no block may be
+/// unbounded: a million is over 16 minutes at 1,000 requests per second, and a point that
+/// needs more time continues the schedule in further blocks.
+pub const MAX_SCHEDULED_REQUESTS: u64 = 1_000_000;
+
 /// Why a schedule could not be built.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
@@ -128,6 +135,9 @@ pub enum ScheduleError {
     /// The trace is empty.
     #[error("the trace has no arrivals")]
     EmptyTrace,
+    /// A block of more requests than [`MAX_SCHEDULED_REQUESTS`].
+    #[error("{0} requests per schedule block is over the limit of {MAX_SCHEDULED_REQUESTS}")]
+    TooManyRequests(u64),
 }
 
 /// The seed of block `block` of a schedule recorded with `seed` (block 0 uses the seed).
@@ -168,6 +178,9 @@ pub fn build_block(
     }
     if !(rate.is_finite() && rate > 0.0) {
         return Err(ScheduleError::Rate(rate));
+    }
+    if spec.requests > MAX_SCHEDULED_REQUESTS {
+        return Err(ScheduleError::TooManyRequests(spec.requests));
     }
     let classes = shuffled_classes(spec, spec.requests, &mut rng);
     // Both distributions get a positive, finite rate (checked above) and shape (below).
@@ -468,6 +481,20 @@ mod tests {
             output_jitter: 0.0,
             shared_prefix: None,
         }
+    }
+
+    /// Every caller (a manifest, the load generator's `--requests`, the operator's Job) is
+    /// held to the same block size, refused before anything is allocated.
+    #[test]
+    fn a_block_over_the_limit_is_refused() {
+        let mut spec = seed_spec();
+        spec.requests = u64::MAX;
+        assert_eq!(
+            build_schedule(&spec, 24.0, 1),
+            Err(ScheduleError::TooManyRequests(u64::MAX))
+        );
+        spec.requests = MAX_SCHEDULED_REQUESTS + 1;
+        assert!(build_block(&spec, 24.0, 0, 0.0, 0).is_err());
     }
 
     #[test]

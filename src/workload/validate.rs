@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::manifest::WorkloadManifest;
+use super::schedule::MAX_SCHEDULED_REQUESTS;
 use super::stratified_counts;
 use crate::analysis::QueueTrend;
 
@@ -38,13 +39,6 @@ impl fmt::Display for Finding {
 
 /// Mixes must sum to 1 within this tolerance.
 pub const MIX_SUM_TOLERANCE: f64 = 1e-9;
-
-/// The most requests one schedule block may hold (`client.initial_scheduled_requests`).
-/// A block is built in memory before a point starts (about 40 bytes a request, more in
-/// the records it produces), so a manifest may not ask for an unbounded one: a million is
-/// over 16 minutes at 1,000 requests per second, and a point that needs more time
-/// continues the schedule in further blocks.
-pub const MAX_SCHEDULED_REQUESTS: u64 = 1_000_000;
 
 /// Checks a manifest and returns every finding, errors and warnings, in field order.
 pub fn validate(m: &WorkloadManifest) -> Vec<Finding> {
