@@ -197,6 +197,8 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
             cache,
             capacity_rps: capacity.get(&m).copied(),
             capacity_per_replica_rps: capacity.get(&m).copied(),
+            bracket: None,
+            refinements: Vec::new(),
         })
         .collect();
     let capacity_rps = modes[0].capacity_rps;

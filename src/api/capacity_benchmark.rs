@@ -593,6 +593,16 @@ pub struct RateSweep {
     /// Highest derived rate as a fraction of the knee's throughput.
     #[serde(default = "default_high")]
     pub high_fraction: f64,
+    /// How close the final bracket must be: once a failing rate lies above a passing one,
+    /// rates are bisected between the highest pass and the lowest fail above it until their
+    /// gap is at most this fraction of the passing rate (0.05: capacity known to within 5%).
+    /// 0 turns refinement off.
+    #[serde(default = "default_resolution")]
+    pub resolution: f64,
+    /// Most refinement rates per cache mode (each runs every repeat and follows every rule
+    /// of an ordinary point).
+    #[serde(default = "default_max_refinements")]
+    pub max_refinements: u32,
 }
 
 impl Default for RateSweep {
@@ -602,8 +612,18 @@ impl Default for RateSweep {
             points: default_points(),
             low_fraction: default_low(),
             high_fraction: default_high(),
+            resolution: default_resolution(),
+            max_refinements: default_max_refinements(),
         }
     }
+}
+
+fn default_resolution() -> f64 {
+    0.05
+}
+
+fn default_max_refinements() -> u32 {
+    4
 }
 
 fn default_points() -> u32 {

@@ -407,6 +407,16 @@ impl Lint {
                     ),
                 );
             }
+            if !(r.resolution.is_finite() && (0.0..1.0).contains(&r.resolution)) {
+                self.error(
+                    "spec.experiments.rateSweep.resolution",
+                    format!(
+                        "{} must be a fraction of the passing rate from 0 (no refinement) \
+                         to below 1",
+                        r.resolution
+                    ),
+                );
+            }
         }
 
         if e.cache_modes.is_empty() {

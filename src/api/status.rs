@@ -264,6 +264,31 @@ pub struct ModeCapacity {
     /// Capacity divided by the replicas under test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_per_replica_rps: Option<f64>,
+    /// The final bracket: the capacity lies at or above `pass` and below `fail`; absent
+    /// until a failing rate lies above a passing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bracket: Option<CapacityBracket>,
+    /// Rates added to narrow the bracket (`rateSweep.resolution`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refinements: Vec<f64>,
+}
+
+/// Where a capacity lies.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBracket {
+    /// Highest offered rate that passed in every repeat (requests per second).
+    pub pass: f64,
+    /// Lowest offered rate above it that failed.
+    pub fail: f64,
+}
+
+impl CapacityBracket {
+    /// The gap as a fraction of the passing rate: how far above the capacity the truth may
+    /// lie.
+    pub fn width(&self) -> f64 {
+        (self.fail - self.pass) / self.pass
+    }
 }
 
 /// What the target said it runs.

@@ -40,6 +40,10 @@ pub struct SweepPlan {
     pub repeats: u32,
     /// The manifest's schedule seed; repeats derive theirs from it.
     pub seed: u64,
+    /// Refinement stops once the bracket is within this fraction of its passing rate.
+    pub resolution: f64,
+    /// Most refinement rates per cache mode.
+    pub max_refinements: u32,
 }
 
 /// The closed-loop experiment.
@@ -96,6 +100,8 @@ impl SweepPlan {
             run_rates: ex.rate_sweep.is_some() || ex.saturation.is_none(),
             repeats: spec.repeats.max(1),
             seed,
+            resolution: range.resolution,
+            max_refinements: range.max_refinements,
         }
     }
 }
@@ -164,9 +170,15 @@ impl PointKey {
                     rate: s,
                     repeat: j,
                 },
-            ) => a == b && i == j && same_rate(*r, *s),
+            ) => a == b && i == j && Self::same_rate(*r, *s),
             _ => false,
         }
+    }
+
+    /// Whether two rates are one: equal up to a relative 1e-9 (what a trip through JSON
+    /// can change).
+    pub fn same_rate(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
     }
 
     /// A short label: `cold saturation c=16`, `warm rate 18 r2`.
@@ -193,10 +205,6 @@ impl PointKey {
             }
         }
     }
-}
-
-fn same_rate(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
 }
 
 /// What the driver needs to know about a finished point.
@@ -268,8 +276,14 @@ pub struct ModeDecision {
     pub knee: Option<u32>,
     /// Rates the knee proposed (empty with fixed rates or before the saturation finished).
     pub proposed_rates: Vec<f64>,
-    /// The open-loop rates run or to run, extensions included, in the order run.
+    /// The open-loop rates run or to run, extensions and refinements included, in the
+    /// order run.
     pub rates: Vec<f64>,
+    /// The rates among them that refine a bracket.
+    pub refinements: Vec<f64>,
+    /// The highest rate that passed every repeat and the lowest failing rate above it,
+    /// once the sweep has both.
+    pub bracket: Option<sweep::Bracket>,
     /// The first point still to run; `None` when the mode is finished.
     pub pending: Option<PointKey>,
     /// What a reviewer should know about how the sweep went.
@@ -282,6 +296,8 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         knee: None,
         proposed_rates: Vec::new(),
         rates: Vec::new(),
+        refinements: Vec::new(),
+        bracket: None,
         pending: None,
         warnings: Vec::new(),
     };
@@ -364,21 +380,49 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
             }
             passed.push((rate, all));
         }
-        match sweep::extension(&passed) {
-            Some(next)
-                if extensions < sweep::MAX_EXTENSIONS
-                    && !decision.rates.iter().any(|&r| same_rate(r, next)) =>
-            {
-                extensions += 1;
-                decision.rates.push(next);
+        let next = match sweep::bracket(&passed) {
+            Some(bracket) => {
+                decision.bracket = Some(bracket);
+                if decision.refinements.len() >= plan.max_refinements as usize {
+                    if sweep::refinement(bracket, plan.resolution).is_some() {
+                        decision.warnings.push(format!(
+                            "{mode}: the bracket [{}, {}] RPS is {:.1}% wide after {} \
+                             refinement(s), wider than the resolution of {:.1}%; raise \
+                             experiments.rateSweep.maxRefinements",
+                            super::rate_label(bracket.pass),
+                            super::rate_label(bracket.fail),
+                            bracket.width() * 100.0,
+                            decision.refinements.len(),
+                            plan.resolution * 100.0
+                        ));
+                    }
+                    None
+                } else {
+                    sweep::refinement(bracket, plan.resolution)
+                        .filter(|&r| !decision.rates.iter().any(|&x| PointKey::same_rate(x, r)))
+                        .inspect(|&r| decision.refinements.push(r))
+                }
             }
-            Some(_) => {
-                decision.warnings.push(format!(
-                    "{mode}: the sweep does not bracket the capacity after {extensions} \
-                     extension(s); widen experiments.rateSweep"
-                ));
-                return decision;
-            }
+            None => match sweep::extension(&passed) {
+                Some(next)
+                    if extensions < sweep::MAX_EXTENSIONS
+                        && !decision.rates.iter().any(|&r| PointKey::same_rate(r, next)) =>
+                {
+                    extensions += 1;
+                    Some(next)
+                }
+                Some(_) => {
+                    decision.warnings.push(format!(
+                        "{mode}: the sweep does not bracket the capacity after {extensions} \
+                         extension(s); widen experiments.rateSweep"
+                    ));
+                    None
+                }
+                None => None,
+            },
+        };
+        match next {
+            Some(rate) => decision.rates.push(rate),
             None => return decision,
         }
     }
@@ -543,6 +587,8 @@ mod tests {
             run_rates: true,
             repeats,
             seed: 7,
+            resolution: 0.0,
+            max_refinements: 0,
         }
     }
 
@@ -638,6 +684,58 @@ mod tests {
     }
 
     #[test]
+    fn refinement_bisects_until_the_bracket_is_within_the_resolution() {
+        let mut plan = plan(
+            RateSource::Fixed(vec![5.0, 10.0, 15.0]),
+            2,
+            vec![CacheMode::Cold],
+        );
+        plan.resolution = 0.05;
+        plan.max_refinements = 6;
+        let oracle = Oracle {
+            capacity: 11.0,
+            per_slot: 1.0,
+            ceiling: 100.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        let b = d.bracket.expect("bracketed");
+        assert!(b.pass <= 11.0 && b.fail > 11.0, "{b:?}");
+        assert!(b.width() <= 0.05, "{b:?}");
+        assert_eq!(d.rates[..3], [5.0, 10.0, 15.0]);
+        assert_eq!(d.refinements, d.rates[3..], "every added rate refines");
+        assert_eq!(
+            d.refinements[0], 12.5,
+            "the first is the midpoint of 10 and 15"
+        );
+        assert!(
+            !d.warnings.iter().any(|w| w.contains("bracket")),
+            "{:?}",
+            d.warnings
+        );
+        // Every refinement runs every repeat.
+        assert_eq!(ran.len(), 4 + 2 * d.rates.len());
+
+        // Out of refinements before the resolution: the bracket is reported, with a warning.
+        plan.max_refinements = 1;
+        let ran = run(&plan, oracle, Vec::new());
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        assert_eq!(d.refinements, [12.5]);
+        assert_eq!(
+            d.bracket,
+            Some(sweep::Bracket {
+                pass: 10.0,
+                fail: 12.5
+            })
+        );
+        assert!(
+            d.warnings.iter().any(|w| w.contains("maxRefinements")),
+            "{:?}",
+            d.warnings
+        );
+    }
+
+    #[test]
     fn saturation_only_stops_at_the_knee() {
         let mut plan = knee_plan();
         plan.run_rates = false;
@@ -694,7 +792,9 @@ mod tests {
             } else {
                 vec![CacheMode::Cold]
             };
-            let plan = plan(RateSource::Knee { low: 0.6, high: 1.2, points: 5 }, repeats, modes);
+            let mut plan = plan(RateSource::Knee { low: 0.6, high: 1.2, points: 5 }, repeats, modes);
+            plan.resolution = 0.05;
+            plan.max_refinements = 4;
             let oracle = Oracle { capacity, per_slot, ceiling };
             let full = run(&plan, oracle, Vec::new());
             let cut = cut.min(full.len());

@@ -205,14 +205,23 @@ pub async fn run_bench(
         let mut mode_points: Vec<PointResult> = points
             .iter()
             .filter(|(c, _)| *c == cache)
-            .map(|(_, p)| p.clone())
+            .map(|(_, p)| PointResult {
+                refinement: decision
+                    .refinements
+                    .iter()
+                    .any(|&r| PointKey::same_rate(r, p.offered_rps)),
+                ..p.clone()
+            })
             .collect();
         mode_points.sort_by(|a, b| {
             a.offered_rps
                 .total_cmp(&b.offered_rps)
                 .then(a.repeat.cmp(&b.repeat))
         });
-        modes.push(runner.finish_mode(cache, saturation, mode_points, &mut warnings)?);
+        let mut mode = runner.finish_mode(cache, saturation, mode_points, &mut warnings)?;
+        mode.bracket = decision.bracket;
+        mode.refinements = decision.refinements;
+        modes.push(mode);
     }
     bar.finish_and_clear();
     let mut facts = target.facts.clone();
@@ -373,6 +382,8 @@ impl Runner<'_> {
             spread,
             capacity_rps: conclusion.capacity_rps,
             capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
+            bracket: None,
+            refinements: Vec::new(),
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
         })
@@ -516,6 +527,7 @@ impl Runner<'_> {
             offered_rps: rate,
             repeat,
             seed,
+            refinement: false,
             dir,
             valid: summary.validity.valid,
             validity_reasons: summary.validity.reasons.clone(),

@@ -98,6 +98,12 @@ pub struct ModeResult {
     pub capacity_rps: Option<f64>,
     /// Capacity divided by the replicas under test.
     pub capacity_per_replica_rps: Option<f64>,
+    /// The final bracket: the highest passing rate and the lowest failing rate above it.
+    #[serde(default)]
+    pub bracket: Option<super::sweep::Bracket>,
+    /// The rates added to narrow the bracket, in the order run.
+    #[serde(default)]
+    pub refinements: Vec<f64>,
     /// The replica plan for the peak with this mode's capacity.
     pub plan: Option<ReplicaPlan>,
     /// Mean prefix-cache hit rate over the points that reported one.
@@ -113,6 +119,9 @@ pub struct PointResult {
     pub repeat: u32,
     /// Schedule seed of this repeat.
     pub seed: u64,
+    /// The rate was added to narrow the bracket between a pass and a fail.
+    #[serde(default)]
+    pub refinement: bool,
     /// Folder of the point's files, relative to the pack.
     pub dir: String,
     /// The analysis core's report (`slo-report.json`).

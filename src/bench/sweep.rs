@@ -67,6 +67,36 @@ pub fn extension(rates_passed: &[(f64, bool)]) -> Option<f64> {
     }
 }
 
+/// The final bracket of a sweep: the highest rate that passed and the lowest failing rate
+/// above it. `None` until a failing rate lies above a passing one.
+pub fn bracket(rates_passed: &[(f64, bool)]) -> Option<Bracket> {
+    let pass = rates_passed
+        .iter()
+        .filter(|p| p.1)
+        .map(|p| p.0)
+        .max_by(f64::total_cmp)?;
+    let fail = rates_passed
+        .iter()
+        .filter(|p| !p.1 && p.0 > pass)
+        .map(|p| p.0)
+        .min_by(f64::total_cmp)?;
+    Some(Bracket { pass, fail })
+}
+
+/// Where a capacity lies: at or above `pass`, below `fail` (the status's type).
+pub use crate::api::CapacityBracket as Bracket;
+
+/// The next rate of a refinement: the bracket's midpoint (3 significant digits), while the
+/// bracket is wider than `resolution` of its passing rate. `None` when it is narrow enough,
+/// or the midpoint rounds onto one of its ends.
+pub fn refinement(bracket: Bracket, resolution: f64) -> Option<f64> {
+    if resolution <= 0.0 || bracket.width() <= resolution * (1.0 + 1e-9) {
+        return None;
+    }
+    let mid = round_sig((bracket.pass + bracket.fail) / 2.0, 3);
+    (mid > bracket.pass && mid < bracket.fail).then_some(mid)
+}
+
 /// The spread of every figure over the repeats of each rate (`reports` as
 /// `(rate, report)`, any order). `first_class` names the class whose latencies are shown.
 pub fn spread(
@@ -144,6 +174,41 @@ mod tests {
         // Bracketed.
         assert_eq!(extension(&[(6.0, true), (8.0, true), (10.0, false)]), None);
         assert_eq!(extension(&[]), None);
+    }
+
+    #[test]
+    fn refinement_bisects_the_bracket_until_it_is_narrow_enough() {
+        let b = bracket(&[(10.0, true), (12.0, true), (14.0, false), (16.0, false)])
+            .expect("bracketed");
+        assert_eq!(
+            b,
+            Bracket {
+                pass: 12.0,
+                fail: 14.0
+            }
+        );
+        assert_eq!(refinement(b, 0.05), Some(13.0));
+        // 12 → 12.5 is 4.2%: narrow enough.
+        let b = Bracket {
+            pass: 12.0,
+            fail: 12.5,
+        };
+        assert_eq!(refinement(b, 0.05), None);
+        assert_eq!(refinement(b, 0.0), None, "0 turns refinement off");
+        // A midpoint that rounds onto an end cannot narrow the bracket.
+        assert_eq!(
+            refinement(
+                Bracket {
+                    pass: 100.0,
+                    fail: 100.1
+                },
+                0.0001
+            ),
+            None
+        );
+        // A fail below the highest pass is not a bracket (the sweep is not monotonic).
+        assert_eq!(bracket(&[(10.0, false), (12.0, true)]), None);
+        assert_eq!(bracket(&[(10.0, true), (12.0, true)]), None);
     }
 
     #[test]

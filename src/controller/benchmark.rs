@@ -992,10 +992,13 @@ impl Run<'_> {
                 manifest.acceptance.target_utilization,
             )
             .map_err(|e| Error::Result(format!("spec.peak: {e}")))?;
+            let decision = driver::decide_mode(plan, cache, &points::recorded(&self.status.points));
             modes.push(ModeCapacity {
                 cache,
                 capacity_rps: conclusion.capacity_rps,
                 capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
+                bracket: decision.bracket,
+                refinements: decision.refinements,
             });
             plans.push((cache, conclusion.plan));
         }

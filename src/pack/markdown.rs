@@ -298,6 +298,31 @@ fn capitalised(s: &str) -> String {
 }
 
 fn capacity_sentence(mode: &ModeResult) -> String {
+    let capacity = capacity_words(mode);
+    match mode.bracket {
+        Some(b) => format!("{capacity}\n\n{}", bracket_sentence(b, &mode.refinements)),
+        None => capacity,
+    }
+}
+
+/// Where the capacity lies and how the sweep narrowed it.
+pub(super) fn bracket_sentence(b: crate::bench::sweep::Bracket, refinements: &[f64]) -> String {
+    let refined = match refinements {
+        [] => "no refinement".to_owned(),
+        r => format!(
+            "refined at {} RPS",
+            r.iter().map(|&x| rate(x)).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    format!(
+        "Final bracket: passes at {} RPS, fails at {} RPS ({} apart; {refined}).",
+        rate(b.pass),
+        rate(b.fail),
+        pct(Some(b.width()))
+    )
+}
+
+fn capacity_words(mode: &ModeResult) -> String {
     match mode.capacity_rps {
         Some(cap) => format!(
             "Capacity: **{} RPS** ({} RPS per replica), the highest offered rate that passes the gate.",
@@ -342,7 +367,10 @@ fn sweep_table(result: &BenchResult, rows: &[PointRow<'_>]) -> String {
 fn sweep_row(result: &BenchResult, row: &PointRow<'_>) -> Vec<String> {
     let report = &row.point.report;
     let first = first_class(&result.class_names, row.point);
-    let offered = rate(row.offered_rps());
+    let mut offered = rate(row.offered_rps());
+    if row.point.refinement {
+        offered.push_str(" (refined)");
+    }
     let mut cells = vec![if row.chosen {
         format!("**{offered}**")
     } else {

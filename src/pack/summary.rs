@@ -61,6 +61,15 @@ fn mode_lines(mode: &ModeResult, gate: &GateConfig) -> String {
         ),
         None => "capacity: none passed".into(),
     };
+    let capacity = match mode.bracket {
+        Some(b) => format!(
+            "{capacity} · bracket [{}, {}] RPS ({} wide)",
+            rate(b.pass),
+            rate(b.fail),
+            pct(Some(b.width()))
+        ),
+        None => capacity,
+    };
     let mut out = format!(
         "{} cache: {capacity} · prefix-cache hit rate {}\n",
         mode_name(mode.cache),

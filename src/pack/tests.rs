@@ -134,6 +134,7 @@ fn point(mode: CacheMode, rate: f64, repeat: u32, report: PointReport) -> PointR
         offered_rps: rate,
         repeat,
         seed: 7 + u64::from(repeat),
+        refinement: false,
         dir: format!("points/{rate}rps-r{repeat}"),
         report,
         valid: true,
@@ -216,6 +217,8 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         selection,
         capacity_rps,
         capacity_per_replica_rps: capacity_rps.map(|c| c / 4.0),
+        bracket: None,
+        refinements: Vec::new(),
         plan: capacity_rps.and_then(|c| plan(c).ok()),
         mean_prefix_cache_hit_rate: (!hits.is_empty())
             .then(|| hits.iter().sum::<f64>() / hits.len() as f64),
@@ -480,6 +483,36 @@ fn the_capacity_row_is_marked_and_only_it() {
     let marked: Vec<&str> = warm.lines().filter(|l| l.contains("← capacity")).collect();
     assert_eq!(marked.len(), 1, "{warm}");
     assert!(marked[0].starts_with("| **18** |"), "{}", marked[0]);
+}
+
+#[test]
+fn the_final_bracket_and_its_refinements_are_shown() {
+    let mut result = fixture(1);
+    let cold = &mut result.modes[0];
+    cold.bracket = Some(crate::bench::sweep::Bracket {
+        pass: 16.0,
+        fail: 16.8,
+    });
+    cold.refinements = vec![17.0, 16.8];
+    cold.points[2].refinement = true;
+    let md = sweep_markdown(&result);
+    let section_text = section(&md, "Cold cache");
+    assert!(
+        section_text.contains(
+            "Final bracket: passes at 16 RPS, fails at 16.8 RPS (5.0% apart; refined at 17, \
+             16.8 RPS)."
+        ),
+        "{section_text}"
+    );
+    assert!(
+        section_text.contains("| **16 (refined)** |"),
+        "{section_text}"
+    );
+    let summary = crate::pack::summary_text(&result);
+    assert!(
+        summary.contains("bracket [16, 16.8] RPS (5.0% wide)"),
+        "{summary}"
+    );
 }
 
 #[test]

@@ -291,6 +291,8 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             cache: CacheMode::Cold,
             capacity_rps: Some(12.0),
             capacity_per_replica_rps: Some(6.0),
+            bracket: None,
+            refinements: Vec::new(),
         }],
         capacity_rps: Some(12.0),
         capacity_per_replica_rps: Some(6.0),

@@ -342,7 +342,7 @@ fn a_rate_far_above_capacity_grows_and_fails() {
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = benchmark(
         20.0,
-        "    rateSweep: {rates: [6, 45]}\n    cacheModes: [cold]",
+        "    rateSweep: {rates: [6, 45], maxRefinements: 0}\n    cacheModes: [cold]",
     );
     let result = run(&yaml, dir.path());
     let cold = &result.modes[0];
@@ -384,7 +384,7 @@ fn a_rate_far_above_capacity_grows_and_fails() {
 #[test]
 fn time_scaling_leaves_the_verdicts_of_a_real_time_run() {
     let _machine = MACHINE.whole_blocking();
-    let experiments = "    rateSweep: {rates: [9, 30]}\n    cacheModes: [cold]";
+    let experiments = "    rateSweep: {rates: [9, 30], maxRefinements: 0}\n    cacheModes: [cold]";
     let half = |k: f64| {
         let mut yaml = benchmark(k, experiments);
         for (from, to) in [
@@ -524,7 +524,7 @@ fn repeats_run_fresh_schedules_and_report_the_spread() {
     // `repeats` sits at the spec's level, after the experiments.
     let yaml = benchmark(
         20.0,
-        "    rateSweep: {rates: [6, 45]}\n    cacheModes: [cold]\n  repeats: 2",
+        "    rateSweep: {rates: [6, 45], maxRefinements: 0}\n    cacheModes: [cold]\n  repeats: 2",
     );
     let result = run(&yaml, dir.path());
     let cold = &result.modes[0];
@@ -628,7 +628,7 @@ spec:
   workload:
     manifest:{manifest}
   experiments:
-    rateSweep: {{rates: [100, 400]}}
+    rateSweep: {{rates: [100, 400], maxRefinements: 0}}
     cacheModes: [cold]
     scrapeIntervalSeconds: 0.1
 "#

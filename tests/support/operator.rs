@@ -57,7 +57,7 @@ spec:
   workload:
     manifest:{MANIFEST}
   experiments:
-    rateSweep: {{rates: [{rates}]}}
+    rateSweep: {{rates: [{rates}], maxRefinements: 0}}
     # 10 ms at time scale 20 is 200 ms of model time, and here two shared cores run the
     # cluster, the operator, the engines and every shard: a lag bound that a loaded test
     # machine keeps, still tight enough that a stalled client is invalid.

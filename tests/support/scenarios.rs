@@ -37,6 +37,8 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     );
     assert_eq!(status.capacity_rps, Some(6.0));
     assert_eq!(status.capacity_per_replica_rps, Some(6.0));
+    let bracket = status.modes[0].bracket.expect("a pass below a fail");
+    assert_eq!((bracket.pass, bracket.fail), (6.0, 24.0));
     // ceil(30 / (6 × 0.75)) = 7.
     assert_eq!(status.required_replicas, Some(7));
     let ready = goodput::api::conditions::find(&status.conditions, "Ready").expect("Ready");
@@ -85,6 +87,8 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
         .collect();
     assert_eq!(rates, [6.0, 24.0]);
     assert_eq!(cold["capacity_rps"].as_f64(), status.capacity_rps);
+    assert_eq!(cold["bracket"]["pass"].as_f64(), Some(bracket.pass));
+    assert_eq!(cold["bracket"]["fail"].as_f64(), Some(bracket.fail));
     assert_eq!(
         local["plan"]["required_replicas"].as_u64(),
         status.required_replicas.map(u64::from)

@@ -93,7 +93,7 @@ spec:
   workload:
     manifest:{MANIFEST}
   experiments:
-    rateSweep: {{rates: [24, 30]}}
+    rateSweep: {{rates: [24, 30], maxRefinements: 0}}
   peak: {{rps: {PEAK}}}
 "#
     )

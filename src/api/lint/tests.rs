@@ -505,6 +505,8 @@ fn experiment_ranges_are_checked() {
             points: 1,
             low_fraction: 0.8,
             high_fraction: 0.8,
+            resolution: 1.0,
+            max_refinements: 4,
         });
         e.cache_modes = vec![CacheMode::Cold, CacheMode::Cold];
         e.max_blocks = 0;
@@ -527,6 +529,7 @@ fn experiment_ranges_are_checked() {
             "spec.experiments.rateSweep.rates[4]",
             "spec.experiments.rateSweep.points",
             "spec.experiments.rateSweep.highFraction",
+            "spec.experiments.rateSweep.resolution",
             "spec.experiments.cacheModes[1]",
             "spec.experiments.maxBlocks",
             "spec.experiments.maxLagMs",

@@ -59,6 +59,8 @@ fn benchmark() -> CapacityBenchmark {
             cache: CacheMode::Cold,
             capacity_rps: Some(24.0),
             capacity_per_replica_rps: Some(6.0),
+            bracket: None,
+            refinements: Vec::new(),
         }],
         capacity_rps: Some(24.0),
         pack: Some("pvc/results/qwen/g1/".into()),
@@ -196,6 +198,8 @@ fn finished(points: Vec<FinishedPoint>, capacity: Option<f64>) -> CapacityBenchm
             cache: CacheMode::Cold,
             capacity_rps: capacity,
             capacity_per_replica_rps: None,
+            bracket: None,
+            refinements: Vec::new(),
         }],
         ..Default::default()
     }
