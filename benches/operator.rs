@@ -187,6 +187,8 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
                 reasons,
                 result_config_map: Some(format!("{name}-g{generation}-p{index}-point")),
                 classes: Vec::new(),
+                busy_seconds: None,
+                requests_sent: None,
             });
         }
     }
@@ -251,6 +253,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
         current_point: None,
         points,
         modes,
+        cost: None,
         capacity_rps,
         capacity_per_replica_rps: capacity_rps,
         required_replicas: required,

@@ -46,6 +46,9 @@ pub struct CapacityBenchmarkStatus {
     /// Capacity per cache mode (never averaged across modes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modes: Vec<ModeCapacity>,
+    /// What the sweep's points cost in accelerator time (set with the capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::planning::cost::Cost>,
     /// Highest passing offered rate (requests per second) of the plan's cache mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_rps: Option<f64>,
@@ -186,6 +189,13 @@ pub struct FinishedPoint {
     /// Every class's gate at this point: its successes, attainment and whether it passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<PointClass>,
+    /// Seconds the point held the deployment (real-time equivalent, from the schedule's
+    /// time zero to the last response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_seconds: Option<f64>,
+    /// Requests the point sent, warmup included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_sent: Option<u64>,
 }
 
 /// One workload class at one point.

@@ -34,6 +34,7 @@ use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
     MeasuredPoint, PointError, PointSummaryFile, measure_point, write_json,
 };
+use crate::planning::cost::Cost;
 use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::live::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::router::RouterConfig;
@@ -257,6 +258,7 @@ pub async fn run_bench(
         }
         None => Vec::new(),
     };
+    let cost = Cost::sum(modes.iter().map(|m| &m.cost));
     let result = BenchResult {
         name,
         started_at,
@@ -276,6 +278,7 @@ pub async fn run_bench(
         warnings,
         failure_tests,
         calibration: target.calibration.clone(),
+        cost,
     };
     write_json(&options.out.join("sweep.json"), &result)?;
     if let Some(engine) = target.fleet {
@@ -374,6 +377,13 @@ impl Runner<'_> {
             &self.out.join(mode_dir(cache)).join("sweep.json"),
             &sweep_file,
         )?;
+        let cost = Cost::sum(
+            points.iter().map(|p| &p.cost).chain(
+                saturation
+                    .iter()
+                    .flat_map(|s| s.levels.iter().map(|l| &l.cost)),
+            ),
+        );
         Ok(ModeResult {
             cache,
             saturation,
@@ -386,6 +396,7 @@ impl Runner<'_> {
             refinements: Vec::new(),
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
+            cost,
         })
     }
 
@@ -495,7 +506,18 @@ impl Runner<'_> {
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
             p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
             slos_met: driver::slos_met(r, self.manifest.acceptance.class_slo_attainment_min),
+            cost: self.cost(&summary),
         })
+    }
+
+    /// What a point cost: its busy time (real-time units) on every GPU under test.
+    fn cost(&self, summary: &PointSummaryFile) -> Cost {
+        let facts = &self.target.facts;
+        Cost::of(
+            summary.client.busy_s,
+            facts.replicas.max(1) * facts.gpus_per_replica.max(1),
+            summary.client.sent,
+        )
     }
 
     /// One open-loop point (one repeat).
@@ -536,6 +558,7 @@ impl Runner<'_> {
             littles_law: summary.littles_law,
             schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
             engine_lateness,
+            cost: self.cost(&summary),
             report: summary.report,
         })
     }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::{GateConfig, LittlesLaw, PointReport};
 use crate::api::{CacheMode, PeakForecast, Statistic};
 use crate::engine_metrics::findings::EngineFindings;
+use crate::planning::cost::Cost;
 use crate::planning::{CapacitySelection, ReplicaPlan};
 
 /// The whole benchmark (`sweep.json`).
@@ -51,6 +52,10 @@ pub struct BenchResult {
     /// how far a fixed K drifted); absent for a server that is not the simulated engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<super::calibration::Calibration>,
+    /// What the sweep cost (every saturation level and rate point of every cache mode;
+    /// failure tests not included).
+    #[serde(default)]
+    pub cost: Cost,
 }
 
 /// The server under test as it was found.
@@ -108,6 +113,9 @@ pub struct ModeResult {
     pub plan: Option<ReplicaPlan>,
     /// Mean prefix-cache hit rate over the points that reported one.
     pub mean_prefix_cache_hit_rate: Option<f64>,
+    /// What this mode's saturation levels and rate points cost.
+    #[serde(default)]
+    pub cost: Cost,
 }
 
 /// One open-loop test point (one repeat).
@@ -142,6 +150,9 @@ pub struct PointResult {
     /// server under test that is not the in-process simulated engine.
     #[serde(default)]
     pub engine_lateness: Option<super::fidelity::EngineLateness>,
+    /// What the point cost.
+    #[serde(default)]
+    pub cost: Cost,
 }
 
 /// The saturation (closed-loop) experiment: throughput and latency per concurrency.
@@ -177,6 +188,9 @@ pub struct SaturationLevel {
     pub p95_tpot_ms: Option<f64>,
     /// Every class met its cutoffs at the required attainment (sample size aside).
     pub slos_met: bool,
+    /// What the level cost.
+    #[serde(default)]
+    pub cost: Cost,
 }
 
 /// How one figure varied across the repeats of a rate.

@@ -826,6 +826,7 @@ impl Run<'_> {
             &merged.summary.validity.reasons,
             manifest,
             point_map,
+            Some((merged.summary.client.busy_s, merged.summary.client.sent)),
         )))
     }
 
@@ -1002,6 +1003,10 @@ impl Run<'_> {
             });
             plans.push((cache, conclusion.plan));
         }
+        self.status.cost = Some(points::cost(
+            &self.status.points,
+            tested.replicas.max(1) * tested.gpus_per_replica.max(1),
+        ));
         let capacities: Vec<_> = modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
         let chosen = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
         let mode = chosen.and_then(|c| modes.iter().find(|m| m.cache == c));

@@ -196,6 +196,7 @@ fn pack_capacity(
                 &p.validity_reasons,
                 manifest,
                 p.dir.clone(),
+                Some((p.cost.real_time_seconds, p.cost.requests_sent)),
             )
         })
         .collect();

@@ -16,6 +16,7 @@ pub fn finished_point(
     validity_reasons: &[String],
     manifest: &WorkloadManifest,
     result_config_map: String,
+    busy: Option<(f64, u64)>,
 ) -> FinishedPoint {
     let gate = manifest.gate_config();
     let (kind, concurrency, offered_rps, repeat) = key_fields(key);
@@ -63,6 +64,8 @@ pub fn finished_point(
                 passed: c.class_slo_pass && c.sample_adequate,
             })
             .collect(),
+        busy_seconds: busy.map(|b| b.0),
+        requests_sent: busy.map(|b| b.1),
     }
 }
 
@@ -88,7 +91,25 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
         reasons: FinishedPoint::bounded_reasons(vec![reason]),
         result_config_map: None,
         classes: Vec::new(),
+        busy_seconds: None,
+        requests_sent: None,
     }
+}
+
+/// What the finished points cost on `gpus` accelerators (replicas × GPUs per replica);
+/// points without a result count nothing.
+pub fn cost(points: &[FinishedPoint], gpus: u32) -> crate::planning::cost::Cost {
+    let each: Vec<_> = points
+        .iter()
+        .filter_map(|p| {
+            Some(crate::planning::cost::Cost::of(
+                p.busy_seconds?,
+                gpus,
+                p.requests_sent.unwrap_or(0),
+            ))
+        })
+        .collect();
+    crate::planning::cost::Cost::sum(&each)
 }
 
 /// The status fields naming a point: kind, concurrency, offered rate, repeat.

@@ -770,6 +770,11 @@ pub fn merge_shards(
             .unwrap_or(0),
         schedule_lag_ms: LagFigures::of(&mut lags),
         window_s,
+        busy_s: ordered
+            .iter()
+            .zip(&offsets)
+            .map(|(s, off)| s.summary.client.busy_s + off)
+            .fold(0.0, f64::max),
         tokens_mismatches: ordered
             .iter()
             .map(|s| s.summary.client.tokens_mismatches)

@@ -241,6 +241,10 @@ pub struct ClientFacts {
     /// gap ([`open_loop_window_s`]); closed loop: its first send to its last end
     /// ([`closed_loop_window_s`]).
     pub window_s: f64,
+    /// Seconds from the schedule's time zero to the last measured response (warmup and
+    /// drain included): how long the point held the deployment.
+    #[serde(default)]
+    pub busy_s: f64,
     /// Successes whose server usage and counted chunks disagree.
     pub tokens_mismatches: u64,
     /// Successes that ended before `max_tokens`.
@@ -269,6 +273,7 @@ impl ClientFacts {
             .map(RequestRecord::schedule_lag_ms)
             .collect();
         self.schedule_lag_ms = LagFigures::of(&mut lags);
+        self.busy_s = measured.iter().map(|r| r.ended_s).fold(0.0, f64::max);
         self.tokens_mismatches = measured
             .iter()
             .filter(|r| {

@@ -9,6 +9,7 @@ use crate::bench::fidelity::{EngineLateness, LATENESS_REFUSE_FRACTION, LATENESS_
 use crate::bench::result::{
     BenchResult, ModeResult, RateSpread, SaturationResult, Spread, TargetFacts,
 };
+use crate::planning::cost::Cost;
 
 /// `sweep.md`: the target, the gate, and per cache mode the sweep table with every failing
 /// point's reasons, the points' engine and Little's Law flags, the spread across repeats and
@@ -33,6 +34,7 @@ pub fn sweep_markdown(result: &BenchResult) -> String {
     for mode in &result.modes {
         out.push_str(&mode_section(result, mode));
     }
+    out.push_str(&cost_section(result));
     let _ = writeln!(
         out,
         "## Capacity rule\n\n{}\n",
@@ -587,6 +589,54 @@ fn saturation_section(saturation: &SaturationResult, first: Option<&String>) -> 
         let rates: Vec<String> = saturation.proposed_rates.iter().map(|r| rate(*r)).collect();
         let _ = writeln!(out, "Proposed offered rates (RPS): {}\n", rates.join(", "));
     }
+    out
+}
+
+/// What every point held: real-time seconds on every GPU under test, per point and in all.
+fn cost_section(result: &BenchResult) -> String {
+    let gpus = result.target.replicas.max(1) * result.target.gpus_per_replica.max(1);
+    let mut out = format!(
+        "## Cost\n\nEvery point holds the deployment under test ({} replicas × {} GPUs = \
+         {gpus} GPUs) from its schedule's time zero to its last response, warmup and drain \
+         included; times are real-time equivalents.\n\n",
+        result.target.replicas, result.target.gpus_per_replica
+    );
+    let row = |label: String, c: &Cost| {
+        vec![
+            label,
+            format!("{:.0}", c.real_time_seconds),
+            format!("{:.1}", c.gpu_minutes),
+            c.requests_sent.to_string(),
+        ]
+    };
+    let mut rows = Vec::new();
+    for mode in &result.modes {
+        let name = mode_name(mode.cache);
+        for level in mode.saturation.iter().flat_map(|s| &s.levels) {
+            rows.push(row(
+                format!("{name} saturation c={}", level.concurrency),
+                &level.cost,
+            ));
+        }
+        for p in &mode.points {
+            let repeat = if result.repeats > 1 {
+                format!(" repeat {}", p.repeat + 1)
+            } else {
+                String::new()
+            };
+            rows.push(row(
+                format!("{name} {} RPS{repeat}", rate(p.offered_rps)),
+                &p.cost,
+            ));
+        }
+        rows.push(row(format!("**{name} cache**"), &mode.cost));
+    }
+    rows.push(row("**benchmark**".into(), &result.cost));
+    out.push_str(&table(
+        &["point", "real-time s", "GPU-minutes", "requests sent"],
+        &rows,
+    ));
+    out.push('\n');
     out
 }
 

@@ -413,6 +413,8 @@ mod tests {
                     passed: true,
                 },
             ],
+            busy_seconds: None,
+            requests_sent: None,
         }
     }
 

@@ -35,6 +35,15 @@ pub fn summary_text(result: &BenchResult) -> String {
         out.push_str(&mode_lines(mode, &result.gate));
     }
     let _ = writeln!(out, "{}", plan_line(result));
+    let c = &result.cost;
+    let _ = writeln!(
+        out,
+        "cost: {:.1} GPU-minutes ({:.0} s of real time on {} GPUs, {} requests)",
+        c.gpu_minutes,
+        c.real_time_seconds,
+        result.target.replicas.max(1) * result.target.gpus_per_replica.max(1),
+        c.requests_sent
+    );
     let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
     if let Some(t) = result.calibration.as_ref().and_then(|c| c.chosen_trial()) {
         let _ = writeln!(

@@ -11,6 +11,7 @@ use crate::bench::result::{
     ModeResult, PointResult, RateSpread, SaturationLevel, SaturationResult, Spread, TargetFacts,
 };
 use crate::engine_metrics::findings::EngineFindings;
+use crate::planning::cost::Cost;
 use crate::planning::{PlanInput, SweepPoint, plan_replicas, select_capacity};
 
 const CHAT_ATTAINMENT_MESSAGE: &str = "class chat: attainment 81.0% (1701 of 2100) below 95.0%";
@@ -147,6 +148,8 @@ fn point(mode: CacheMode, rate: f64, repeat: u32, report: PointReport) -> PointR
         littles_law: None,
         schedule_lag_p99_ms: 1.5,
         engine_lateness: None,
+        // 4 replicas × 2 GPUs.
+        cost: Cost::of(4600.0 / rate + 15.0, 8, 4600),
     }
 }
 
@@ -205,6 +208,7 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         .iter()
         .filter_map(|p| p.engine_findings.as_ref()?.prefix_cache_hit_rate)
         .collect();
+    let cost = Cost::sum(points.iter().map(|p| &p.cost));
     ModeResult {
         cache,
         saturation: None,
@@ -222,6 +226,7 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         plan: capacity_rps.and_then(|c| plan(c).ok()),
         mean_prefix_cache_hit_rate: (!hits.is_empty())
             .then(|| hits.iter().sum::<f64>() / hits.len() as f64),
+        cost,
     }
 }
 
@@ -245,6 +250,7 @@ fn saturation() -> SaturationResult {
         p95_ttft_ms: Some(100.0 * f64::from(concurrency).sqrt()),
         p95_tpot_ms: Some(20.0 + f64::from(concurrency)),
         slos_met: met,
+        cost: Cost::of(45.0, 8, u64::from(concurrency) * 30),
     };
     let knee = level(32, 17.5, 0.962, true);
     SaturationResult {
@@ -319,7 +325,15 @@ fn fixture(repeats: u32) -> BenchResult {
     warm.sort_by(by_rate);
     let mut cold = mode(CacheMode::Cold, cold, repeats);
     cold.saturation = Some(saturation());
+    cold.cost = Cost::sum(
+        cold.points.iter().map(|p| &p.cost).chain(
+            cold.saturation
+                .iter()
+                .flat_map(|s| s.levels.iter().map(|l| &l.cost)),
+        ),
+    );
     let warm = mode(CacheMode::Warm, warm, repeats);
+    let (cold_cost, warm_cost) = (cold.cost, warm.cost);
     let plan = cold.plan.clone();
     BenchResult {
         name: "chat-capacity".into(),
@@ -355,6 +369,7 @@ fn fixture(repeats: u32) -> BenchResult {
         warnings: vec!["the warm pool is smaller than the KV cache".into()],
         failure_tests: Vec::new(),
         calibration: None,
+        cost: Cost::sum([&cold_cost, &warm_cost]),
     }
 }
 
@@ -511,6 +526,34 @@ fn the_final_bracket_and_its_refinements_are_shown() {
     let summary = crate::pack::summary_text(&result);
     assert!(
         summary.contains("bracket [16, 16.8] RPS (5.0% wide)"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn the_cost_of_every_point_adds_up_to_the_benchmarks() {
+    let result = fixture(1);
+    let md = sweep_markdown(&result);
+    let cost = section(&md, "Cost");
+    assert!(cost.contains("(4 replicas × 2 GPUs = 8 GPUs)"), "{cost}");
+    // Cold 16 RPS: 4600 / 16 + 15 = 302.5 s on 8 GPUs = 40.3 GPU-minutes.
+    let figures = |label: &str| cells(row_starting(cost, label)[0])[1..].to_vec();
+    assert_eq!(figures("cold 16 RPS"), ["302", "40.3", "4600"]);
+    assert_eq!(figures("cold saturation c=8"), ["45", "6.0", "240"]);
+    let total = result.cost;
+    let parts: f64 = result.modes.iter().map(|m| m.cost.gpu_minutes).sum();
+    assert!((total.gpu_minutes - parts).abs() < 1e-9);
+    assert_eq!(
+        figures("**benchmark**"),
+        [
+            format!("{:.0}", total.real_time_seconds),
+            format!("{:.1}", total.gpu_minutes),
+            total.requests_sent.to_string()
+        ]
+    );
+    let summary = crate::pack::summary_text(&result);
+    assert!(
+        summary.contains(&format!("cost: {:.1} GPU-minutes", total.gpu_minutes)),
         "{summary}"
     );
 }

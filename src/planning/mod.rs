@@ -1,6 +1,7 @@
 //! Capacity and replicas: the highest passing offered rate of a sweep, and
 //! `required_replicas = ceil(peak / (capacity_per_replica × target_utilization))`.
 
+pub mod cost;
 pub mod peak;
 
 pub mod serving;

@@ -286,6 +286,8 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             reasons: FinishedPoint::bounded_reasons(vec!["every class met its SLOs".into()]),
             result_config_map: Some("by-service-cold-rate-12-0".into()),
             classes: Vec::new(),
+            busy_seconds: None,
+            requests_sent: None,
         }],
         modes: vec![ModeCapacity {
             cache: CacheMode::Cold,
@@ -294,6 +296,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             bracket: None,
             refinements: Vec::new(),
         }],
+        cost: None,
         capacity_rps: Some(12.0),
         capacity_per_replica_rps: Some(6.0),
         required_replicas: Some(4),

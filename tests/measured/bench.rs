@@ -245,6 +245,30 @@ fn proposes_from_the_pack(pack: &Path, result: &BenchResult) {
 
 /// Every file the capacity pack promises, with the fields SPEC.md names.
 fn check_pack(dir: &Path, result: &BenchResult) {
+    // Cost: a point holds the engine at least as long as its schedule lasts (requests ÷
+    // rate), and the benchmark's cost is the sum of its points'.
+    let gpus = f64::from(result.target.replicas * result.target.gpus_per_replica);
+    let mut minutes = 0.0;
+    for mode in &result.modes {
+        for p in &mode.points {
+            let c = p.cost;
+            assert!(
+                c.real_time_seconds >= 0.95 * c.requests_sent as f64 / p.offered_rps,
+                "{} RPS: {c:?}",
+                p.offered_rps
+            );
+            assert!((c.gpu_minutes - c.real_time_seconds * gpus / 60.0).abs() < 1e-9);
+            minutes += c.gpu_minutes;
+        }
+        for l in mode.saturation.iter().flat_map(|s| &s.levels) {
+            minutes += l.cost.gpu_minutes;
+        }
+    }
+    assert!(
+        (result.cost.gpu_minutes - minutes).abs() < 1e-6,
+        "{:?}",
+        result.cost
+    );
     for file in [
         "workload-manifest.yaml",
         "capacity-benchmark.yaml",

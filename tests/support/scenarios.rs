@@ -89,6 +89,22 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     assert_eq!(cold["capacity_rps"].as_f64(), status.capacity_rps);
     assert_eq!(cold["bracket"]["pass"].as_f64(), Some(bracket.pass));
     assert_eq!(cold["bracket"]["fail"].as_f64(), Some(bracket.fail));
+    // Both shells sent the same schedules, and each point held the engine at least as long
+    // as its schedule lasted (requests ÷ rate, in real time).
+    let cost = status.cost.expect("the sweep's cost");
+    assert_eq!(
+        local["cost"]["requests_sent"].as_u64(),
+        Some(cost.requests_sent)
+    );
+    for p in &status.points {
+        let (busy, sent, rate) = (
+            p.busy_seconds.expect("busy time"),
+            p.requests_sent.expect("requests"),
+            p.offered_rps.expect("a rate"),
+        );
+        assert!(busy >= 0.95 * sent as f64 / rate, "{p:#?}");
+    }
+    assert!(cost.gpu_minutes > 0.0);
     assert_eq!(
         local["plan"]["required_replicas"].as_u64(),
         status.required_replicas.map(u64::from)

@@ -38,6 +38,8 @@ fn point(rate: f64, verdict: &str) -> FinishedPoint {
         reasons: vec![],
         result_config_map: None,
         classes: Vec::new(),
+        busy_seconds: None,
+        requests_sent: None,
     }
 }
 
