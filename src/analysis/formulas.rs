@@ -90,15 +90,25 @@ const Z_95: f64 = 1.959_963_984_540_054;
 /// Lower end of the Wilson score 95% interval for `passing` of `n`: with the attainment
 /// observed, the true attainment is at least this with 97.5% confidence. `None` for n = 0.
 pub fn wilson_lower_95(passing: u64, n: u64) -> Option<f64> {
+    wilson_interval(passing, n, Z_95).map(|i| i.0)
+}
+
+/// The Wilson score interval `(lower, upper)` for `passing` of `n` at `z` standard errors
+/// (each end is a one-sided bound at the normal's tail beyond `z`). `None` for n = 0.
+pub fn wilson_interval(passing: u64, n: u64, z: f64) -> Option<(f64, f64)> {
     if n == 0 {
         return None;
     }
     let n = n as f64;
     let p = passing as f64 / n;
-    let z2 = Z_95 * Z_95;
+    let z2 = z * z;
     let centre = p + z2 / (2.0 * n);
-    let spread = Z_95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
-    Some(((centre - spread) / (1.0 + z2 / n)).max(0.0))
+    let spread = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    let scale = 1.0 + z2 / n;
+    Some((
+        ((centre - spread) / scale).max(0.0),
+        ((centre + spread) / scale).min(1.0),
+    ))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //!
 //! Pure apart from [`read_requests_csv`], which opens the file it is given.
 
+mod early_stop;
 mod formulas;
 mod gate;
 mod littles_law;
@@ -10,6 +11,7 @@ mod report;
 mod requests_csv;
 mod summary;
 
+pub use early_stop::*;
 pub use formulas::*;
 pub use gate::*;
 pub use littles_law::*;

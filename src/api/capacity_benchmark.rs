@@ -519,6 +519,15 @@ pub struct Experiments {
     /// Engine-metrics scrape interval (seconds of model time).
     #[serde(default = "one_f")]
     pub scrape_interval_seconds: f64,
+    /// Stop an open-loop point as soon as its requests settle it as failing (a class's
+    /// attainment, the error rate or the queue trend, by the rule every report states);
+    /// a point is never passed early. `false`: every point runs its whole schedule.
+    #[serde(default = "yes")]
+    pub early_stop: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for Experiments {
@@ -532,6 +541,7 @@ impl Default for Experiments {
             max_blocks: default_max_blocks(),
             max_lag_ms: default_max_lag(),
             scrape_interval_seconds: 1.0,
+            early_stop: true,
         }
     }
 }

@@ -268,6 +268,11 @@ pub async fn run_bench(
         repeats: spec.repeats.max(1),
         capacity_rule: CAPACITY_RULE.into(),
         queue_trend_rule: QUEUE_TREND_RULE.into(),
+        early_stop_rule: if spec.experiments.early_stop {
+            crate::analysis::EARLY_STOP_RULE.into()
+        } else {
+            String::new()
+        },
         gate: manifest.gate_config(),
         class_names: manifest.workload.iter().map(|c| c.name.clone()).collect(),
         statistics: spec.reporting.statistics.clone(),
@@ -559,6 +564,7 @@ impl Runner<'_> {
             schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
             engine_lateness,
             cost: self.cost(&summary),
+            early_stop: summary.client.early_stop.clone(),
             report: summary.report,
         })
     }

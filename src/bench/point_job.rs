@@ -183,6 +183,12 @@ pub fn point_load(
         seed: mix64(seed ^ fnv1a(nonce, dir.as_bytes())),
         ..LoadConfig::for_manifest(m, target.url.clone(), target.model.clone(), mode)
     };
+    if ex.early_stop && matches!(key, PointKey::Rate { .. }) {
+        config.early_stop = Some(crate::loadgen::run::EarlyStopConfig {
+            gate: m.gate_config(),
+            latency_scale: 1.0,
+        });
+    }
     if spec.target.api == TargetApi::Chat {
         config.api = crate::loadgen::Api::Chat;
         // Calibrated against the server's tokenizer when the point starts.

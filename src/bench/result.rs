@@ -29,6 +29,9 @@ pub struct BenchResult {
     pub capacity_rule: String,
     /// How the queue trend of a point is decided.
     pub queue_trend_rule: String,
+    /// How a failing point is stopped early; empty when early stopping was off.
+    #[serde(default)]
+    pub early_stop_rule: String,
     /// The gate every point faced.
     pub gate: GateConfig,
     /// Workload classes in manifest order; the first is the one the sweep table details.
@@ -153,6 +156,9 @@ pub struct PointResult {
     /// What the point cost.
     #[serde(default)]
     pub cost: Cost,
+    /// Early stopping settled the point as failing: the evidence at that moment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop: Option<crate::analysis::EarlyStop>,
 }
 
 /// The saturation (closed-loop) experiment: throughput and latency per concurrency.

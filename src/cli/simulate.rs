@@ -144,27 +144,10 @@ fn simulated_workload(
 ) -> Result<WorkloadSpec> {
     let (classes, requests, seed, arrival) = match manifest {
         Some(m) => {
-            let classes = m
-                .workload
-                .iter()
-                .map(|c| ClassShape {
-                    name: c.name.clone(),
-                    mix: c.mix,
-                    input_tokens: c.input_tokens,
-                    output_tokens: c.output_tokens,
-                    ttft_cutoff_ms: c.request_ttft_cutoff_ms,
-                    tpot_cutoff_ms: c.request_tpot_cutoff_ms,
-                })
-                .collect();
-            let arrival = m.arrival().context(
+            let w = WorkloadSpec::for_manifest(m).context(
                 "the manifest's trace arrivals cannot be simulated offline; pass --arrival",
             )?;
-            (
-                classes,
-                m.client.initial_scheduled_requests as usize,
-                m.client.request_schedule_seed,
-                arrival,
-            )
+            (w.classes, w.requests, w.seed, w.arrival)
         }
         None => {
             let need = |v: Option<f64>, flag: &str| {

@@ -317,8 +317,10 @@ pub fn fault_load(
     plan.max_blocks = 1;
     plan.min_duration_s = 0.0;
     plan.min_per_class = 0;
+    // A failure test watches recovery, not a verdict: it always runs its whole span.
     let config = LoadConfig {
         mode: LoadMode::Rate { rate },
+        early_stop: None,
         ..config.clone()
     };
     (config, plan)

@@ -781,6 +781,14 @@ pub fn merge_shards(
             .sum(),
         short_outputs: ordered.iter().map(|s| s.summary.client.short_outputs).sum(),
         incomplete: ordered.iter().any(|s| s.summary.client.incomplete),
+        early_stop: ordered
+            .iter()
+            .filter_map(|s| s.summary.client.early_stop.clone())
+            .min_by(|a, b| a.at_s.total_cmp(&b.at_s)),
+        cancelled_at_stop: ordered
+            .iter()
+            .map(|s| s.summary.client.cancelled_at_stop)
+            .sum(),
         in_flight_series: in_flight,
         start_at_unix_s: first.summary.client.start_at_unix_s,
         start_lateness_ms: ordered
@@ -857,7 +865,7 @@ pub fn merge_shards(
     };
     let (trend, source) = facts.queue_trend();
     let paths: Vec<PathBuf> = ordered.iter().map(|s| shard_path(s)).collect();
-    let report = analyze_requests(
+    let mut report = analyze_requests(
         gate.clone(),
         ordered
             .iter()
@@ -866,6 +874,10 @@ pub fn merge_shards(
         facts.window_s(),
         trend,
     )?;
+    // A shard that early stopping settled as failing settles the point.
+    if let Some(stop) = &facts.client.early_stop {
+        stop.settle(&mut report);
+    }
     let summary = facts.assemble(report, source);
     Ok(MergedPoint {
         summary,

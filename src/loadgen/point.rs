@@ -409,7 +409,12 @@ pub async fn measure_point(
     let mut continued = 0;
     let mut next_index = whole.len() as u64;
     let mut last_at = whole.last().map_or(0.0, |r| r.at_s);
-    while !closed && plan.shard.1 <= 1 && !run.client.incomplete && blocks < plan.max_blocks {
+    while !closed
+        && plan.shard.1 <= 1
+        && !run.client.incomplete
+        && run.client.early_stop.is_none()
+        && blocks < plan.max_blocks
+    {
         let Some(c) = short_class(plan, &run) else {
             break;
         };
@@ -534,6 +539,9 @@ impl MeasuredPoint {
         let c = &mut self.run.client;
         c.window_s *= k;
         c.start_lateness_ms *= k;
+        if let Some(e) = &mut c.early_stop {
+            e.rescale(k);
+        }
         for p in &mut c.in_flight_series {
             p.0 *= k;
         }
@@ -925,7 +933,10 @@ fn summarize(
         reasons: Vec::new(),
     };
     let (trend, source) = facts.queue_trend();
-    let report = summary.finish(facts.window_s(), trend)?;
+    let mut report = summary.finish(facts.window_s(), trend)?;
+    if let Some(stop) = &run.client.early_stop {
+        stop.settle(&mut report);
+    }
     Ok(facts.assemble(report, source))
 }
 

@@ -19,7 +19,7 @@ use super::live_metrics::{Due, LiveMetrics};
 use super::prompt::{PromptMethod, build_prompt};
 use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
-use crate::analysis::nearest_rank_many;
+use crate::analysis::{EarlyStop, EarlyStopper, GateConfig, nearest_rank_many};
 use crate::api::CacheMode;
 use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
 
@@ -86,6 +86,19 @@ pub struct LoadConfig {
     /// Requests the client cancels mid-stream (a failure test's `RequestCancel`); `None`:
     /// none.
     pub cancel: Option<CancelPlan>,
+    /// Stop a failing open-loop point as soon as its requests settle the verdict
+    /// ([`EarlyStopper`]); `None`: every point runs to its end.
+    pub early_stop: Option<EarlyStopConfig>,
+}
+
+/// What early stopping judges a running point against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EarlyStopConfig {
+    /// The point's gate (cutoffs in real-time milliseconds).
+    pub gate: GateConfig,
+    /// Real-time milliseconds per millisecond of the run's clock: K against an engine K
+    /// times faster than real time, else 1.
+    pub latency_scale: f64,
 }
 
 /// Which requests the client cancels on purpose, and when: of the requests scheduled in
@@ -156,7 +169,18 @@ impl LoadConfig {
             progress: false,
             live_metrics: None,
             cancel: None,
+            early_stop: None,
         }
+    }
+
+    /// Whether a record is measured rather than warmup: scheduled (open loop) or sent
+    /// (closed loop) after the warmup, and past the warmup's request count.
+    pub fn is_measured(&self, r: &RequestRecord) -> bool {
+        let at = match self.mode {
+            LoadMode::Rate { .. } => r.scheduled_s,
+            LoadMode::Concurrency { .. } => r.sent_s,
+        };
+        at >= self.warmup_s && r.index >= self.warmup_requests
     }
 
     /// This configuration for an engine that runs `k` times faster than real time: the
@@ -188,6 +212,10 @@ impl LoadConfig {
                 from_s: c.from_s / k,
                 to_s: c.to_s / k,
                 ..c
+            }),
+            early_stop: self.early_stop.clone().map(|e| EarlyStopConfig {
+                latency_scale: e.latency_scale * k,
+                ..e
             }),
             timeouts: Timeouts {
                 request: self.timeouts.request.div_f64(k),
@@ -249,8 +277,15 @@ pub struct ClientFacts {
     pub tokens_mismatches: u64,
     /// Successes that ended before `max_tokens`.
     pub short_outputs: u64,
-    /// The run was stopped before its schedule ended.
+    /// The run was stopped before its schedule ended (from outside: not early stopping).
     pub incomplete: bool,
+    /// Early stopping settled the point as failing: the evidence at that moment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop: Option<EarlyStop>,
+    /// Requests in flight when the point was stopped early, cancelled and left out of the
+    /// measured records.
+    #[serde(default)]
+    pub cancelled_at_stop: u64,
     /// `(time s, requests in flight)` sampled every 100 ms.
     pub in_flight_series: Vec<(f64, f64)>,
     /// The wall-clock instant (Unix seconds) the schedule's time zero was asked for
@@ -466,6 +501,18 @@ pub async fn run_point_from(
     stop: watch::Receiver<bool>,
     start: Instant,
 ) -> PointRun {
+    // Requests stop on the caller's signal or on early stopping's.
+    let (halt_tx, halt) = watch::channel(false);
+    let halt_tx = Arc::new(halt_tx);
+    let forward = {
+        let (tx, mut outside) = (halt_tx.clone(), stop.clone());
+        tokio::spawn(async move {
+            if outside.wait_for(|s| *s).await.is_ok() {
+                let _ = tx.send(true);
+            }
+        })
+    };
+    let mut stopper = early_stopper(&config, &schedule);
     let shared = Arc::new(Shared {
         client,
         cap: config.max_in_flight.map(Semaphore::new),
@@ -474,20 +521,21 @@ pub async fn run_point_from(
         in_flight: AtomicUsize::new(0),
         peak: AtomicUsize::new(0),
         sent: AtomicU64::new(0),
-        stop: stop.clone(),
+        stop: halt.clone(),
     });
     let (tx, mut rx) = mpsc::unbounded_channel::<RequestRecord>();
     let series = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sampler = tokio::spawn(sample_in_flight(shared.clone(), series.clone()));
     let total = schedule.len();
     let stopped_early = Arc::new(AtomicBool::new(false));
+    let mut sending = None;
 
     match shared.config.mode {
         LoadMode::Rate { .. } => {
             let handle = tokio::runtime::Handle::current();
             let sh = shared.clone();
             let stop_flag = stopped_early.clone();
-            let stop_rx = stop.clone();
+            let stop_rx = halt.clone();
             let tx = tx.clone();
             // A plain thread keeps to the schedule within tens of microseconds; tokio's
             // timer would round every send up to the next millisecond.
@@ -533,8 +581,8 @@ pub async fn run_point_from(
                     });
                 }
             });
-            // The pacer only sleeps and spawns; it cannot panic short of a bug.
-            let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
+            // Records are collected (and early stopping judged) while the pacer sends.
+            sending = Some(tokio::task::spawn_blocking(move || pacer.join()));
         }
         LoadMode::Concurrency {
             concurrency,
@@ -587,8 +635,25 @@ pub async fn run_point_from(
     let mut records = Vec::with_capacity(total);
     let mut progress = Progress::new(shared.config.progress, total);
     let mut failed = 0u64;
+    let mut early: Option<EarlyStop> = None;
+    let mut observed = 0u64;
     while let Some(rec) = rx.recv().await {
         failed += u64::from(!rec.ok());
+        if let Some(s) = stopper.as_mut()
+            && shared.config.is_measured(&rec)
+        {
+            s.observe(&rec);
+            observed += 1;
+            if observed.is_multiple_of(EARLY_STOP_EVERY) {
+                let now = start.elapsed().as_secs_f64();
+                let in_flight = series.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(evidence) = s.check(now, &in_flight) {
+                    let _ = halt_tx.send(true);
+                    early = Some(evidence);
+                    stopper = None;
+                }
+            }
+        }
         records.push(rec);
         progress.update(
             records.len(),
@@ -597,18 +662,89 @@ pub async fn run_point_from(
             start,
         );
     }
+    if let Some(pacer) = sending {
+        // The pacer only sleeps and spawns; it cannot panic short of a bug.
+        let _ = pacer.await;
+    }
+    forward.abort();
     progress.finish();
     sampler.abort();
     let _ = sampler.await;
     // The sampler is gone, so nobody else holds the lock; a poisoned lock still has data.
     let in_flight_series = std::mem::take(&mut *series.lock().unwrap_or_else(|e| e.into_inner()));
+    // What early stopping cut off was not the server's doing: out of the figures.
+    let before = records.len();
+    if early.is_some() {
+        records.retain(|r| r.status != ErrorKind::Cancelled.as_str());
+    }
+    let cancelled_at_stop = (before - records.len()) as u64;
     records.sort_by_key(|r| r.index);
-    finish(
+    let outside = *stop.borrow();
+    let mut run = finish(
         shared,
         records,
         in_flight_series,
-        stopped_early.load(Ordering::Relaxed) || *stop.borrow(),
-    )
+        outside || (stopped_early.load(Ordering::Relaxed) && early.is_none()),
+    );
+    run.client.early_stop = early;
+    run.client.cancelled_at_stop = cancelled_at_stop;
+    run
+}
+
+/// Measured requests between two looks of early stopping.
+const EARLY_STOP_EVERY: u64 = 25;
+
+/// Early stopping for this open-loop schedule, when the configuration asks for it: the
+/// measured requests per class, their planned window and the last due time.
+fn early_stopper(config: &LoadConfig, schedule: &[ScheduledRequest]) -> Option<RecordStopper> {
+    let (LoadMode::Rate { rate }, Some(e)) = (config.mode, config.early_stop.as_ref()) else {
+        return None;
+    };
+    let classes = e.gate.classes.len();
+    let mut scheduled = vec![0u64; classes];
+    let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+    for r in schedule
+        .iter()
+        .filter(|r| r.at_s >= config.warmup_s && r.index >= config.warmup_requests)
+    {
+        if let Some(n) = scheduled.get_mut(r.class) {
+            *n += 1;
+        }
+        first = first.min(r.at_s);
+        last = last.max(r.at_s);
+    }
+    if !first.is_finite() {
+        return None;
+    }
+    let last_due = schedule.last().map_or(last, |r| r.at_s);
+    Some(RecordStopper {
+        stopper: EarlyStopper::new(
+            e.gate.clone(),
+            scheduled,
+            first,
+            open_loop_window_s(rate, first, last),
+            last_due,
+        ),
+        latency_scale: e.latency_scale,
+    })
+}
+
+/// An [`EarlyStopper`] fed with the run's records (latencies on the run's clock).
+struct RecordStopper {
+    stopper: EarlyStopper,
+    latency_scale: f64,
+}
+
+impl RecordStopper {
+    fn observe(&mut self, r: &RequestRecord) {
+        let k = self.latency_scale;
+        let success = r.ok().then_some((r.ttft_ms * k, r.tpot_ms * k));
+        self.stopper.observe(r.class, success);
+    }
+
+    fn check(&self, now_s: f64, in_flight: &[(f64, f64)]) -> Option<EarlyStop> {
+        self.stopper.check(now_s, in_flight)
+    }
 }
 
 /// A live progress line on a terminal, a log line every 5 s otherwise, or nothing.
@@ -683,10 +819,7 @@ fn finish(
     incomplete: bool,
 ) -> PointRun {
     let cfg = &shared.config;
-    let (measured, warmup): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| match cfg.mode {
-        LoadMode::Rate { .. } => r.scheduled_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
-        LoadMode::Concurrency { .. } => r.sent_s >= cfg.warmup_s && r.index >= cfg.warmup_requests,
-    });
+    let (measured, warmup): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| cfg.is_measured(r));
     let first = measured
         .iter()
         .map(|r| r.scheduled_s)

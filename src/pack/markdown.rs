@@ -45,6 +45,13 @@ pub fn sweep_markdown(result: &BenchResult) -> String {
         "## Queue trend rule\n\n{}\n",
         or_missing(&result.queue_trend_rule)
     );
+    if !result.early_stop_rule.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Early stopping rule\n\n{}\n",
+            result.early_stop_rule
+        );
+    }
     out.push_str(&warnings_section(result));
     out
 }
@@ -392,6 +399,8 @@ fn sweep_row(result: &BenchResult, row: &PointRow<'_>) -> Vec<String> {
     );
     let verdict = if row.chosen {
         format!("**{} ← capacity**", row.verdict)
+    } else if row.point.early_stop.is_some() {
+        format!("{} (stopped early)", row.verdict)
     } else {
         row.verdict.to_string()
     };
@@ -637,7 +646,40 @@ fn cost_section(result: &BenchResult) -> String {
         &rows,
     ));
     out.push('\n');
+    let saved = early_stop_savings(result);
+    if saved.points > 0 {
+        let _ = writeln!(
+            out,
+            "Early stopping ended {} failing point(s) with {:.0} s of their schedules unsent: \
+             about {:.1} GPU-minutes saved.\n",
+            saved.points, saved.real_time_seconds, saved.gpu_minutes
+        );
+    }
     out
+}
+
+/// What early stopping saved: the points it stopped and the schedule they left unsent.
+pub(super) struct Savings {
+    pub points: usize,
+    pub real_time_seconds: f64,
+    pub gpu_minutes: f64,
+}
+
+/// The schedule time early stopping left unsent, on every GPU under test.
+pub(super) fn early_stop_savings(result: &BenchResult) -> Savings {
+    let gpus = result.target.replicas.max(1) * result.target.gpus_per_replica.max(1);
+    let stops: Vec<f64> = result
+        .modes
+        .iter()
+        .flat_map(|m| &m.points)
+        .filter_map(|p| p.early_stop.as_ref().map(|e| e.unsent_s))
+        .collect();
+    let seconds: f64 = stops.iter().sum();
+    Savings {
+        points: stops.len(),
+        real_time_seconds: seconds,
+        gpu_minutes: Cost::of(seconds, gpus, 0).gpu_minutes,
+    }
 }
 
 fn warnings_section(result: &BenchResult) -> String {

@@ -44,6 +44,14 @@ pub fn summary_text(result: &BenchResult) -> String {
         result.target.replicas.max(1) * result.target.gpus_per_replica.max(1),
         c.requests_sent
     );
+    let saved = super::markdown::early_stop_savings(result);
+    if saved.points > 0 {
+        let _ = writeln!(
+            out,
+            "early stopping: {} failing point(s) stopped, about {:.1} GPU-minutes saved",
+            saved.points, saved.gpu_minutes
+        );
+    }
     let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
     if let Some(t) = result.calibration.as_ref().and_then(|c| c.chosen_trial()) {
         let _ = writeln!(
@@ -113,6 +121,9 @@ fn rate_status(group: &RateGroup<'_>) -> String {
     let mut why: Vec<&str> = rules.into_iter().collect();
     if group.rows.iter().any(|r| !r.point.valid) {
         why.push("invalid");
+    }
+    if group.rows.iter().any(|r| r.point.early_stop.is_some()) {
+        why.push("stopped early");
     }
     let verdict = if passed == runs {
         "pass".to_owned()

@@ -150,6 +150,7 @@ fn point(mode: CacheMode, rate: f64, repeat: u32, report: PointReport) -> PointR
         engine_lateness: None,
         // 4 replicas × 2 GPUs.
         cost: Cost::of(4600.0 / rate + 15.0, 8, 4600),
+        early_stop: None,
     }
 }
 
@@ -355,6 +356,7 @@ fn fixture(repeats: u32) -> BenchResult {
         repeats,
         capacity_rule: "capacity is the highest offered rate whose every repeat passes".into(),
         queue_trend_rule: "growing when the waiting queue's slope is significant".into(),
+        early_stop_rule: "stop a point once its failure is settled".into(),
         gate: gate(),
         class_names: vec!["chat".into(), "batch".into()],
         statistics: vec![Statistic::P50, Statistic::P95],
@@ -554,6 +556,43 @@ fn the_cost_of_every_point_adds_up_to_the_benchmarks() {
     let summary = crate::pack::summary_text(&result);
     assert!(
         summary.contains(&format!("cost: {:.1} GPU-minutes", total.gpu_minutes)),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_point_stopped_early_says_so_and_what_it_saved() {
+    let mut result = fixture(1);
+    let warm = &mut result.modes[1];
+    let last = warm.points.len() - 1;
+    warm.points[last].early_stop = Some(crate::analysis::EarlyStop {
+        rule: GateRule::Attainment,
+        class: Some("chat".into()),
+        message: "class chat: 300 of 600 successes so far met both cutoffs".into(),
+        at_s: 60.0,
+        settled: 1200,
+        scheduled: 4600,
+        unsent_s: 150.0,
+    });
+    let md = sweep_markdown(&result);
+    let warm_md = section(&md, "Warm cache");
+    assert!(warm_md.contains("| fail (stopped early) |"), "{warm_md}");
+    // 150 s unsent on 8 GPUs: 20 GPU-minutes.
+    assert!(
+        section(&md, "Cost").contains(
+            "Early stopping ended 1 failing point(s) with 150 s of their schedules unsent: \
+             about 20.0 GPU-minutes saved."
+        ),
+        "{md}"
+    );
+    assert!(section(&md, "Early stopping rule").contains("once its failure is settled"));
+    let summary = crate::pack::summary_text(&result);
+    assert!(
+        summary.contains("20 FAIL (errors, stopped early)"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("about 20.0 GPU-minutes saved"),
         "{summary}"
     );
 }

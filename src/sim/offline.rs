@@ -79,6 +79,31 @@ impl WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// A manifest's workload as the model runs it: its classes with their cutoffs, its
+    /// initial schedule's size, seed and arrival process; fixed lengths, no shared
+    /// prefixes. `None` for trace arrivals, which have no rate to vary.
+    pub fn for_manifest(m: &crate::workload::WorkloadManifest) -> Option<WorkloadSpec> {
+        Some(WorkloadSpec {
+            classes: m
+                .workload
+                .iter()
+                .map(|c| ClassShape {
+                    name: c.name.clone(),
+                    mix: c.mix,
+                    input_tokens: c.input_tokens,
+                    output_tokens: c.output_tokens,
+                    ttft_cutoff_ms: c.request_ttft_cutoff_ms,
+                    tpot_cutoff_ms: c.request_tpot_cutoff_ms,
+                })
+                .collect(),
+            requests: m.client.initial_scheduled_requests as usize,
+            seed: m.client.request_schedule_seed,
+            arrival: m.arrival()?,
+            output_jitter: 0.0,
+            shared_prefix: None,
+        })
+    }
+
     /// The schedule this workload sends (the load generator builds the same one).
     pub fn schedule_spec(&self) -> ScheduleSpec {
         ScheduleSpec {

@@ -393,6 +393,18 @@ fn a_rate_far_above_capacity_grows_and_fails() {
     assert_eq!(low.report.queue_trend, QueueTrend::Flat);
     assert_eq!(high.report.queue_trend, QueueTrend::Growing);
     assert_eq!(high.report.verdict, Some(Verdict::Fail));
+    // Early stopping (on by default) ends the failing point, never the passing one, and
+    // the point then sent only part of its schedule.
+    assert!(low.early_stop.is_none(), "{:?}", low.early_stop);
+    let stop = high.early_stop.as_ref().expect("45 RPS is stopped early");
+    assert!(stop.settled < stop.scheduled, "{stop:?}");
+    assert!(
+        high.report.gate_reasons[0]
+            .message
+            .starts_with("stopped early: "),
+        "{:?}",
+        high.report.gate_reasons
+    );
     assert!(
         high.queue_trend_source.contains("engine waiting-queue"),
         "{}",

@@ -75,6 +75,7 @@ fn config(target: String, rate: f64) -> LoadConfig {
         progress: false,
         live_metrics: None,
         cancel: None,
+        early_stop: None,
     }
 }
 

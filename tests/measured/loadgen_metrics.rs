@@ -192,6 +192,7 @@ async fn live_counters_equal_the_records_and_the_offline_store() {
         progress: false,
         live_metrics: Some(metrics.clone()),
         cancel: None,
+        early_stop: None,
     };
     let class = |name: &str, mix: f64| ScheduleClass {
         name: name.into(),

@@ -93,7 +93,7 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     // as its schedule lasted (requests ÷ rate, in real time).
     let cost = status.cost.expect("the sweep's cost");
     assert_eq!(
-        local["cost"]["requests_sent"].as_u64(),
+        local["cost"]["requestsSent"].as_u64(),
         Some(cost.requests_sent)
     );
     for p in &status.points {

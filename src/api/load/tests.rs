@@ -393,7 +393,10 @@ fn unknown_fields_are_refused_with_their_path_line_and_the_expected_fields() {
         msg.starts_with("field `status.points[0].verdictt`: unknown field `verdictt`"),
         "{msg}"
     );
-    assert!(msg.contains("expected one of achievedRps, cache"), "{msg}");
+    assert!(
+        msg.contains("expected one of achievedRps, busySeconds, cache"),
+        "{msg}"
+    );
     // Without the typo the status reads.
     let loaded = parse(&with_status.replace("verdictt", "verdict")).unwrap();
     let status = loaded.benchmark.status.unwrap();

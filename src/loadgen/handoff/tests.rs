@@ -54,6 +54,7 @@ fn config() -> LoadConfig {
         progress: false,
         live_metrics: None,
         cancel: None,
+        early_stop: None,
     }
 }
 
