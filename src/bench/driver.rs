@@ -44,6 +44,9 @@ pub struct SweepPlan {
     pub resolution: f64,
     /// Most refinement rates per cache mode.
     pub max_refinements: u32,
+    /// The engine model's expectations per cache mode; with a knee, they place the first
+    /// rates instead of the fixed-fraction grid (empty: the grid).
+    pub model: Vec<super::model::ModelPrior>,
 }
 
 /// The closed-loop experiment.
@@ -102,6 +105,7 @@ impl SweepPlan {
             seed,
             resolution: range.resolution,
             max_refinements: range.max_refinements,
+            model: Vec::new(),
         }
     }
 }
@@ -284,6 +288,8 @@ pub struct ModeDecision {
     /// The highest rate that passed every repeat and the lowest failing rate above it,
     /// once the sweep has both.
     pub bracket: Option<sweep::Bracket>,
+    /// The model's prediction that placed the first rates, if one did.
+    pub prediction: Option<Prediction>,
     /// The first point still to run; `None` when the mode is finished.
     pub pending: Option<PointKey>,
     /// What a reviewer should know about how the sweep went.
@@ -298,6 +304,7 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         rates: Vec::new(),
         refinements: Vec::new(),
         bracket: None,
+        prediction: None,
         pending: None,
         warnings: Vec::new(),
     };
@@ -330,7 +337,22 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
             .max_by_key(|l| l.0)
             .copied();
         decision.knee = knee.map(|k| k.0);
-        if let RateSource::Knee { low, high, points } = plan.rates {
+        let prior = plan.model.iter().find(|p| p.cache == cache);
+        decision.prediction = knee.zip(prior).and_then(|(k, prior)| {
+            let model_rps = prior.saturation_rps.iter().find(|l| l.0 == k.0)?.1;
+            (model_rps > 0.0).then(|| {
+                let speed = k.1 / model_rps;
+                Prediction {
+                    model_capacity_rps: prior.capacity_rps,
+                    knee_concurrency: k.0,
+                    speed,
+                    predicted_rps: prior.capacity_rps * speed,
+                }
+            })
+        });
+        if let (RateSource::Knee { .. }, Some(p)) = (&plan.rates, &decision.prediction) {
+            decision.proposed_rates = sweep::placed_rates(p.predicted_rps, plan.resolution);
+        } else if let RateSource::Knee { low, high, points } = plan.rates {
             decision.proposed_rates = match knee {
                 Some(k) => sweep::proposed_rates(k.1, low, high, points),
                 None => {
@@ -360,6 +382,7 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         RateSource::Knee { .. } => decision.proposed_rates.clone(),
     };
     let mut extensions = 0;
+    let placed = matches!(plan.rates, RateSource::Knee { .. }) && decision.prediction.is_some();
     loop {
         let mut passed = Vec::with_capacity(decision.rates.len());
         for &rate in &decision.rates {
@@ -403,7 +426,11 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                         .inspect(|&r| decision.refinements.push(r))
                 }
             }
-            None => match sweep::extension(&passed) {
+            None => match if placed {
+                sweep::placed_extension(&passed, extensions)
+            } else {
+                sweep::extension(&passed)
+            } {
                 Some(next)
                     if extensions < sweep::MAX_EXTENSIONS
                         && !decision.rates.iter().any(|&r| PointKey::same_rate(r, next)) =>
@@ -426,6 +453,19 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
             None => return decision,
         }
     }
+}
+
+/// The model's capacity, calibrated to the measured knee.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Prediction {
+    /// The uncalibrated model's capacity (requests per second).
+    pub model_capacity_rps: f64,
+    /// The knee's concurrency the calibration used.
+    pub knee_concurrency: u32,
+    /// Measured ÷ model closed-loop throughput at the knee.
+    pub speed: f64,
+    /// The capacity predicted: the model's × the speed.
+    pub predicted_rps: f64,
 }
 
 /// What one cache mode's evidence concludes: the planning core's selection, capacity,
@@ -589,6 +629,7 @@ mod tests {
             seed: 7,
             resolution: 0.0,
             max_refinements: 0,
+            model: Vec::new(),
         }
     }
 
@@ -736,6 +777,52 @@ mod tests {
     }
 
     #[test]
+    fn a_calibrated_model_places_the_first_rates_around_its_prediction() {
+        // Knee at c=16: 12 RPS measured where the model expected 10 (speed 1.2); the
+        // model's capacity 15 predicts 18; the target's capacity is 18.3.
+        let mut plan = knee_plan();
+        plan.resolution = 0.05;
+        plan.max_refinements = 4;
+        plan.model = vec![crate::bench::model::ModelPrior {
+            cache: CacheMode::Cold,
+            capacity_rps: 15.0,
+            saturation_rps: vec![(4, 2.5), (8, 5.0), (16, 10.0), (32, 12.5)],
+        }];
+        let oracle = Oracle {
+            capacity: 18.3,
+            per_slot: 0.75,
+            ceiling: 15.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        let p = d.prediction.expect("a prediction");
+        assert_eq!(p.knee_concurrency, 16);
+        assert!((p.speed - 1.2).abs() < 1e-12 && (p.predicted_rps - 18.0).abs() < 1e-9);
+        assert_eq!(d.rates[..2], sweep::placed_rates(18.0, 0.05));
+        let b = d.bracket.expect("bracketed");
+        assert!(
+            b.pass <= 18.3 && b.fail > 18.3 && b.width() <= 0.05,
+            "{b:?}"
+        );
+        assert!(d.rates.len() <= 3, "{:?}", d.rates);
+        // A model far off still brackets, 10% at a time, then refines.
+        plan.model[0].capacity_rps = 10.0;
+        let ran = run(&plan, oracle, Vec::new());
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        let b = d.bracket.expect("bracketed");
+        assert!(
+            b.pass <= 18.3 && b.fail > 18.3 && b.width() <= 0.05,
+            "{b:?} {:?}",
+            d.rates
+        );
+        // Without a prior the grid stays.
+        plan.model.clear();
+        let d = decide_mode(&plan, CacheMode::Cold, &run(&plan, oracle, Vec::new()));
+        assert_eq!(d.prediction, None);
+        assert_eq!(d.rates[..5], [7.2, 9.0, 10.8, 12.6, 14.4]);
+    }
+
+    #[test]
     fn saturation_only_stops_at_the_knee() {
         let mut plan = knee_plan();
         plan.run_rates = false;
@@ -795,6 +882,13 @@ mod tests {
             let mut plan = plan(RateSource::Knee { low: 0.6, high: 1.2, points: 5 }, repeats, modes);
             plan.resolution = 0.05;
             plan.max_refinements = 4;
+            if warm {
+                plan.model = vec![crate::bench::model::ModelPrior {
+                    cache: CacheMode::Warm,
+                    capacity_rps: capacity * 0.9,
+                    saturation_rps: vec![(4, 4.0 * per_slot), (8, 8.0 * per_slot), (16, 15.0), (32, 20.0)],
+                }];
+            }
             let oracle = Oracle { capacity, per_slot, ceiling };
             let full = run(&plan, oracle, Vec::new());
             let cut = cut.min(full.len());

@@ -15,6 +15,7 @@
 pub mod calibration;
 pub mod driver;
 pub mod fidelity;
+pub mod model;
 pub mod point_job;
 pub mod result;
 pub mod sweep;
@@ -100,6 +101,8 @@ struct Target {
     time_scale: f64,
     /// The simulated engine's idle calibration at that time scale.
     calibration: Option<calibration::Calibration>,
+    /// The simulated engine's setup (the model it runs); `None` for a URL.
+    setup: Option<crate::sim::Setup>,
 }
 
 /// Runs the benchmark, writing each point's folder and `sweep.json` into `options.out`;
@@ -144,7 +147,13 @@ pub async fn run_bench(
         profile: std::sync::Mutex::new(None),
     };
     // The driver decides every point; this shell only runs them in-process.
-    let plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+    let mut plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+    if let (driver::RateSource::Knee { .. }, Some(setup)) = (&plan.rates, &target.setup) {
+        // The engine model places the first rates once the knee calibrates it.
+        plan.model = model::model_priors(spec, manifest, setup, target.facts.replicas)
+            .map_err(|e| BenchError::Spec(format!("the engine model: {e}")))?;
+    }
+    let model_placed = !plan.model.is_empty();
     let mut recorded: Vec<Recorded> = Vec::new();
     let mut levels: Vec<(CacheMode, SaturationLevel)> = Vec::new();
     let mut points: Vec<(CacheMode, PointResult)> = Vec::new();
@@ -220,6 +229,7 @@ pub async fn run_bench(
                 .then(a.repeat.cmp(&b.repeat))
         });
         let mut mode = runner.finish_mode(cache, saturation, mode_points, &mut warnings)?;
+        mode.prediction = decision.prediction;
         mode.bracket = decision.bracket;
         mode.refinements = decision.refinements;
         modes.push(mode);
@@ -268,6 +278,11 @@ pub async fn run_bench(
         repeats: spec.repeats.max(1),
         capacity_rule: CAPACITY_RULE.into(),
         queue_trend_rule: QUEUE_TREND_RULE.into(),
+        placement_rule: if model_placed {
+            model::PLACEMENT_RULE.into()
+        } else {
+            String::new()
+        },
         early_stop_rule: if spec.experiments.early_stop {
             crate::analysis::EARLY_STOP_RULE.into()
         } else {
@@ -399,6 +414,7 @@ impl Runner<'_> {
             capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
             bracket: None,
             refinements: Vec::new(),
+            prediction: None,
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
             cost,
@@ -759,6 +775,7 @@ async fn start_target(
             metrics_targets: spec.target.metrics_urls.clone(),
             time_scale: spec.target.time_scale.unwrap_or(1.0),
             calibration: None,
+            setup: None,
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();
@@ -830,6 +847,7 @@ async fn start_target(
         metrics_targets,
         time_scale: k,
         calibration,
+        setup: Some(setup),
     })
 }
 

@@ -29,6 +29,9 @@ pub struct BenchResult {
     pub capacity_rule: String,
     /// How the queue trend of a point is decided.
     pub queue_trend_rule: String,
+    /// How the engine model placed the first rates; empty when it did not.
+    #[serde(default)]
+    pub placement_rule: String,
     /// How a failing point is stopped early; empty when early stopping was off.
     #[serde(default)]
     pub early_stop_rule: String,
@@ -112,6 +115,9 @@ pub struct ModeResult {
     /// The rates added to narrow the bracket, in the order run.
     #[serde(default)]
     pub refinements: Vec<f64>,
+    /// The engine model's capacity, calibrated to the knee, that placed the first rates.
+    #[serde(default)]
+    pub prediction: Option<super::driver::Prediction>,
     /// The replica plan for the peak with this mode's capacity.
     pub plan: Option<ReplicaPlan>,
     /// Mean prefix-cache hit rate over the points that reported one.

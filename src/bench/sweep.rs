@@ -67,6 +67,39 @@ pub fn extension(rates_passed: &[(f64, bool)]) -> Option<f64> {
     }
 }
 
+/// The first two rates around a predicted capacity: one just below it and one a little
+/// under `resolution` above that (3 significant digits), so that a prediction within
+/// about ±2% brackets the capacity at once, already narrow enough.
+pub fn placed_rates(predicted_rps: f64, resolution: f64) -> Vec<f64> {
+    let r = if resolution > 0.0 { resolution } else { 0.05 };
+    let low = round_sig(predicted_rps * (1.0 - 0.45 * r), 3);
+    let high = round_sig(low * (1.0 + 0.9 * r), 3);
+    if high > low && low > 0.0 {
+        vec![low, high]
+    } else {
+        vec![predicted_rps]
+    }
+}
+
+/// The next rate of a model-placed sweep that does not bracket the capacity yet, after
+/// `extensions` others: 10%, then 20%, 40% ... above the highest (every rate passed) or
+/// below the lowest (every rate failed), so a prediction far off is still bracketed.
+pub fn placed_extension(rates_passed: &[(f64, bool)], extensions: usize) -> Option<f64> {
+    let step = 0.1 * 2f64.powi(extensions.min(3) as i32);
+    let lo = rates_passed.iter().map(|p| p.0).min_by(f64::total_cmp)?;
+    let hi = rates_passed.iter().map(|p| p.0).max_by(f64::total_cmp)?;
+    let highest_pass = rates_passed
+        .iter()
+        .filter(|p| p.1)
+        .map(|p| p.0)
+        .max_by(f64::total_cmp);
+    match highest_pass {
+        None => Some(round_sig(lo * (1.0 - step).max(0.5), 3)).filter(|r| *r > 0.0 && *r < lo),
+        Some(p) if p == hi => Some(round_sig(hi * (1.0 + step), 3)),
+        Some(_) => None,
+    }
+}
+
 /// The final bracket of a sweep: the highest rate that passed and the lowest failing rate
 /// above it. `None` until a failing rate lies above a passing one.
 pub fn bracket(rates_passed: &[(f64, bool)]) -> Option<Bracket> {
@@ -209,6 +242,30 @@ mod tests {
         // A fail below the highest pass is not a bracket (the sweep is not monotonic).
         assert_eq!(bracket(&[(10.0, false), (12.0, true)]), None);
         assert_eq!(bracket(&[(10.0, true), (12.0, true)]), None);
+    }
+
+    #[test]
+    fn placed_rates_straddle_the_prediction_within_the_resolution() {
+        let r = placed_rates(17.0, 0.05);
+        assert_eq!(r, vec![16.6, 17.3]);
+        let b = Bracket {
+            pass: r[0],
+            fail: r[1],
+        };
+        assert!(b.width() <= 0.05, "{b:?}");
+        assert_eq!(
+            placed_extension(&[(16.6, true), (17.3, true)], 0),
+            Some(19.0)
+        );
+        assert_eq!(
+            placed_extension(&[(16.6, true), (19.0, true)], 1),
+            Some(22.8)
+        );
+        assert_eq!(
+            placed_extension(&[(16.6, false), (17.3, false)], 0),
+            Some(14.9)
+        );
+        assert_eq!(placed_extension(&[(16.6, true), (17.3, false)], 0), None);
     }
 
     #[test]

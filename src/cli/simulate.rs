@@ -9,9 +9,9 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use super::OutputFormat;
+use goodput::sim::fleet_model::simulate_fleet_rate;
 use goodput::sim::offline::{
-    Arrival, ClassShape, SharedPrefix, WorkloadSpec, find_max_rate, gate_for, simulate_rate,
-    simulate_rates,
+    Arrival, ClassShape, SharedPrefix, WorkloadSpec, find_max_rate, gate_for, simulate_rates,
 };
 use goodput::sim::{PRESETS, Setup, apply_overrides, apply_yaml_overrides, preset};
 use goodput::workload::WorkloadManifest;
@@ -75,6 +75,10 @@ pub struct SimulateArgs {
     /// Bisection steps.
     #[arg(long, default_value_t = 12)]
     iterations: u32,
+    /// Replicas behind a round-robin router (the simulated engine's default): each rate is
+    /// dealt across them and judged as one point.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
     /// Schedule seed (default 0; with --manifest, its request_schedule_seed).
     #[arg(long)]
     seed: Option<u64>,
@@ -254,7 +258,7 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode> {
         let mut probes = Vec::new();
         let mut failure = None;
         let max_rate = find_max_rate(args.rate_lo, args.rate_hi, args.iterations, |rate| {
-            let row = match simulate_rate(&setup, &spec, rate, gate.as_ref()) {
+            let row = match simulate_fleet_rate(&setup, &spec, rate, args.replicas, gate.as_ref()) {
                 Ok(row) => row,
                 Err(e) => {
                     failure = Some(e);
@@ -307,7 +311,14 @@ pub fn run(args: SimulateArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let rows = simulate_rates(&setup, &spec, &args.rates, gate.as_ref())?;
+    let rows = if args.replicas > 1 {
+        args.rates
+            .iter()
+            .map(|&r| simulate_fleet_rate(&setup, &spec, r, args.replicas, gate.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        simulate_rates(&setup, &spec, &args.rates, gate.as_ref())?
+    };
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         OutputFormat::Text => {

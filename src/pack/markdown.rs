@@ -45,6 +45,9 @@ pub fn sweep_markdown(result: &BenchResult) -> String {
         "## Queue trend rule\n\n{}\n",
         or_missing(&result.queue_trend_rule)
     );
+    if !result.placement_rule.is_empty() {
+        let _ = writeln!(out, "## Placement rule\n\n{}\n", result.placement_rule);
+    }
     if !result.early_stop_rule.is_empty() {
         let _ = writeln!(
             out,
@@ -307,7 +310,22 @@ fn capitalised(s: &str) -> String {
 }
 
 fn capacity_sentence(mode: &ModeResult) -> String {
-    let capacity = capacity_words(mode);
+    let mut capacity = capacity_words(mode);
+    if let Some(p) = mode.prediction {
+        let measured = mode.capacity_rps.map_or_else(
+            || "no measured capacity".to_owned(),
+            |c| format!("measured {} RPS", rate(c)),
+        );
+        let _ = write!(
+            capacity,
+            "\n\nModel placement: the engine model's capacity {} RPS, calibrated at the knee \
+             (c={}: measured ÷ model throughput = {:.3}), predicted **{} RPS**; {measured}.",
+            rate(p.model_capacity_rps),
+            p.knee_concurrency,
+            p.speed,
+            rate(p.predicted_rps)
+        );
+    }
     match mode.bracket {
         Some(b) => format!("{capacity}\n\n{}", bracket_sentence(b, &mode.refinements)),
         None => capacity,

@@ -78,6 +78,10 @@ fn mode_lines(mode: &ModeResult, gate: &GateConfig) -> String {
         ),
         None => "capacity: none passed".into(),
     };
+    let capacity = match mode.prediction {
+        Some(p) => format!("{capacity} · model predicted {} RPS", rate(p.predicted_rps)),
+        None => capacity,
+    };
     let capacity = match mode.bracket {
         Some(b) => format!(
             "{capacity} · bracket [{}, {}] RPS ({} wide)",

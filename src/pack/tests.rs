@@ -224,6 +224,7 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         capacity_per_replica_rps: capacity_rps.map(|c| c / 4.0),
         bracket: None,
         refinements: Vec::new(),
+        prediction: None,
         plan: capacity_rps.and_then(|c| plan(c).ok()),
         mean_prefix_cache_hit_rate: (!hits.is_empty())
             .then(|| hits.iter().sum::<f64>() / hits.len() as f64),
@@ -356,6 +357,7 @@ fn fixture(repeats: u32) -> BenchResult {
         repeats,
         capacity_rule: "capacity is the highest offered rate whose every repeat passes".into(),
         queue_trend_rule: "growing when the waiting queue's slope is significant".into(),
+        placement_rule: String::new(),
         early_stop_rule: "stop a point once its failure is settled".into(),
         gate: gate(),
         class_names: vec!["chat".into(), "batch".into()],

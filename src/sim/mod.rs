@@ -3,6 +3,7 @@
 //! served live (`live`: replicas, the router in front of them, the fleet of both).
 
 pub mod engine;
+pub mod fleet_model;
 pub mod live;
 pub mod offline;
 pub mod setup;

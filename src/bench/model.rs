@@ -1,0 +1,83 @@
+//! Model-guided placement: what the engine model expects of the deployment under test,
+//! computed once before the sweep, so that the driver can calibrate it to the measured
+//! saturation and place the first rates around the capacity it then predicts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{CacheMode, CapacityBenchmarkSpec};
+use crate::sim::Setup;
+use crate::sim::fleet_model::{fleet_capacity, fleet_closed_loop_rps};
+use crate::sim::offline::WorkloadSpec;
+use crate::workload::WorkloadManifest;
+use crate::workload::schedule::{ScheduleError, SharedPrefix};
+
+/// The engine model's expectations for one cache mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelPrior {
+    /// The cache mode.
+    pub cache: CacheMode,
+    /// The model's capacity of the deployment under test (requests per second): the
+    /// highest rate its per-class gate passes, replicas behind a round-robin router.
+    pub capacity_rps: f64,
+    /// The model's closed-loop throughput at each saturation level: `(concurrency, RPS)`.
+    pub saturation_rps: Vec<(u32, f64)>,
+}
+
+/// How the model's prediction is calibrated and used (stated in every report).
+pub const PLACEMENT_RULE: &str = "model-guided placement: before the sweep, the engine model \
+    of the deployment (its setup, replicas behind a round-robin router, the manifest's \
+    workload and schedule) gives its capacity and its closed-loop throughput at each \
+    saturation level; after the saturation sweep, its speed is calibrated to the measured \
+    knee (measured ÷ model throughput at the knee's concurrency) and the predicted capacity \
+    is the model's × that factor; the first two rates sit just below and just above the \
+    prediction (one resolution apart), each further one 10% beyond the sweep until a fail \
+    lies above a pass, then refinement bisects. Without a model or a knee, the fixed-fraction \
+    grid is used";
+
+/// The model's expectations for each of the spec's cache modes on `replicas` replicas of
+/// `setup`: saturation levels as the spec runs them (the manifest's warmup, then the
+/// level's duration), capacity bisected up to twice the best closed-loop throughput.
+pub fn model_priors(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    setup: &Setup,
+    replicas: u32,
+) -> Result<Vec<ModelPrior>, ScheduleError> {
+    let Some(base) = WorkloadSpec::for_manifest(manifest) else {
+        return Ok(Vec::new());
+    };
+    let ex = &spec.experiments;
+    let saturation = ex.saturation.clone().unwrap_or_default();
+    let gate = manifest.gate_config();
+    let mut priors = Vec::new();
+    for &cache in &ex.cache_modes {
+        let workload = WorkloadSpec {
+            shared_prefix: (cache == CacheMode::Warm).then_some(SharedPrefix {
+                pool: ex.warm_pool.prefixes.max(1),
+                tokens: ex.warm_pool.prefix_tokens,
+                zipf: ex.warm_pool.zipf,
+            }),
+            ..base.clone()
+        };
+        let mut saturation_rps = Vec::new();
+        for &c in &saturation.concurrency {
+            let rps = fleet_closed_loop_rps(
+                setup,
+                &workload,
+                c,
+                replicas,
+                manifest.client.warmup_seconds,
+                saturation.duration_seconds,
+            )?;
+            saturation_rps.push((c, rps));
+        }
+        let best = saturation_rps.iter().map(|l| l.1).fold(1.0, f64::max);
+        let capacity_rps = fleet_capacity(setup, &workload, replicas, &gate, (0.01, 2.0 * best))?;
+        priors.push(ModelPrior {
+            cache,
+            capacity_rps,
+            saturation_rps,
+        });
+    }
+    Ok(priors)
+}
