@@ -189,6 +189,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
                 classes: Vec::new(),
                 busy_seconds: None,
                 requests_sent: None,
+                unsent_seconds: None,
             });
         }
     }
@@ -254,6 +255,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
         points,
         modes,
         cost: None,
+        early_stop_saved_gpu_minutes: None,
         capacity_rps,
         capacity_per_replica_rps: capacity_rps,
         required_replicas: required,

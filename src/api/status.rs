@@ -49,6 +49,10 @@ pub struct CapacityBenchmarkStatus {
     /// What the sweep's points cost in accelerator time (set with the capacity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::planning::cost::Cost>,
+    /// What early stopping saved: the schedule time the points it stopped left unsent, on
+    /// every GPU under test, in GPU-minutes (set with the capacity when a point stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop_saved_gpu_minutes: Option<f64>,
     /// Highest passing offered rate (requests per second) of the plan's cache mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_rps: Option<f64>,
@@ -196,6 +200,10 @@ pub struct FinishedPoint {
     /// Requests the point sent, warmup included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_sent: Option<u64>,
+    /// Stopped early (its failure settled before the schedule ended): the schedule time
+    /// it left unsent, in seconds of real-time equivalent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsent_seconds: Option<f64>,
 }
 
 /// One workload class at one point.

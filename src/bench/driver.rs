@@ -218,6 +218,10 @@ pub enum Outcome {
     Saturation {
         /// Completed requests per second.
         throughput_rps: f64,
+        /// What the engine sustained, by Little's law: the concurrency ÷ the mean
+        /// end-to-end latency (the client's own turnaround between requests left out);
+        /// `None` when unknown. The model is calibrated against this.
+        engine_rps: Option<f64>,
         /// Whether every class met its TTFT and TPOT cutoffs at the required attainment
         /// ([`slos_met`]).
         slos_met: bool,
@@ -290,6 +294,9 @@ pub struct ModeDecision {
     pub bracket: Option<sweep::Bracket>,
     /// The model's prediction that placed the first rates, if one did.
     pub prediction: Option<Prediction>,
+    /// The fixed-fraction grid the prediction replaced: the rates the knee's throughput
+    /// would have proposed (empty without a prediction).
+    pub replaced_grid: Vec<f64>,
     /// The first point still to run; `None` when the mode is finished.
     pub pending: Option<PointKey>,
     /// What a reviewer should know about how the sweep went.
@@ -305,6 +312,7 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         refinements: Vec::new(),
         bracket: None,
         prediction: None,
+        replaced_grid: Vec::new(),
         pending: None,
         warnings: Vec::new(),
     };
@@ -324,7 +332,13 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                 Some(Outcome::Saturation {
                     throughput_rps,
                     slos_met,
-                }) => levels.push((concurrency, throughput_rps, slos_met)),
+                    engine_rps,
+                }) => levels.push((
+                    concurrency,
+                    throughput_rps,
+                    slos_met,
+                    engine_rps.unwrap_or(throughput_rps),
+                )),
                 _ => {
                     decision.pending = Some(key);
                     return decision;
@@ -341,7 +355,7 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         decision.prediction = knee.zip(prior).and_then(|(k, prior)| {
             let model_rps = prior.saturation_rps.iter().find(|l| l.0 == k.0)?.1;
             (model_rps > 0.0).then(|| {
-                let speed = k.1 / model_rps;
+                let speed = k.3 / model_rps;
                 Prediction {
                     model_capacity_rps: prior.capacity_rps,
                     knee_concurrency: k.0,
@@ -350,8 +364,11 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                 }
             })
         });
-        if let (RateSource::Knee { .. }, Some(p)) = (&plan.rates, &decision.prediction) {
+        if let (RateSource::Knee { low, high, points }, Some(p), Some(k)) =
+            (&plan.rates, &decision.prediction, knee)
+        {
             decision.proposed_rates = sweep::placed_rates(p.predicted_rps, plan.resolution);
+            decision.replaced_grid = sweep::proposed_rates(k.1, *low, *high, *points);
         } else if let RateSource::Knee { low, high, points } = plan.rates {
             decision.proposed_rates = match knee {
                 Some(k) => sweep::proposed_rates(k.1, low, high, points),
@@ -462,7 +479,8 @@ pub struct Prediction {
     pub model_capacity_rps: f64,
     /// The knee's concurrency the calibration used.
     pub knee_concurrency: u32,
-    /// Measured ÷ model closed-loop throughput at the knee.
+    /// What the engine sustained at the knee (concurrency ÷ mean end-to-end latency) ÷
+    /// the model's closed-loop throughput there.
     pub speed: f64,
     /// The capacity predicted: the model's × the speed.
     pub predicted_rps: f64,
@@ -588,6 +606,7 @@ mod tests {
                     Outcome::Saturation {
                         throughput_rps: offered.min(self.ceiling),
                         slos_met: offered < self.ceiling,
+                        engine_rps: None,
                     }
                 }
                 PointKey::Rate { rate, .. } => Outcome::Rate {

@@ -44,7 +44,7 @@ use crate::workload::{Resolved, WorkloadManifest};
 use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
 use point_job::PointTarget;
 use result::{
-    BenchResult, ModeResult, PointResult, SaturationLevel, SaturationResult, TargetFacts,
+    BenchResult, ModeResult, PlainGrid, PointResult, SaturationLevel, SaturationResult, TargetFacts,
 };
 
 /// Why a benchmark could not run.
@@ -165,6 +165,7 @@ pub async fn run_bench(
                 let outcome = Outcome::Saturation {
                     throughput_rps: level.throughput_rps,
                     slos_met: level.slos_met,
+                    engine_rps: level.engine_rps,
                 };
                 levels.push((cache, level));
                 outcome
@@ -230,6 +231,8 @@ pub async fn run_bench(
         });
         let mut mode = runner.finish_mode(cache, saturation, mode_points, &mut warnings)?;
         mode.prediction = decision.prediction;
+        mode.plain_grid =
+            (!decision.replaced_grid.is_empty()).then(|| runner.plain_grid(decision.replaced_grid));
         mode.bracket = decision.bracket;
         mode.refinements = decision.refinements;
         modes.push(mode);
@@ -415,6 +418,7 @@ impl Runner<'_> {
             bracket: None,
             refinements: Vec::new(),
             prediction: None,
+            plain_grid: None,
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
             cost,
@@ -522,6 +526,10 @@ impl Runner<'_> {
             concurrency,
             dir,
             throughput_rps: r.request_throughput_rps,
+            engine_rps: summary
+                .littles_law
+                .filter(|l| l.mean_e2e_s > 0.0)
+                .map(|l| f64::from(concurrency) / l.mean_e2e_s),
             output_tps: r.output_throughput_tps,
             weakest_attainment: r.weakest_attainment(),
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
@@ -533,12 +541,34 @@ impl Runner<'_> {
 
     /// What a point cost: its busy time (real-time units) on every GPU under test.
     fn cost(&self, summary: &PointSummaryFile) -> Cost {
+        Cost::of(summary.client.busy_s, self.gpus(), summary.client.sent)
+    }
+
+    /// Replicas × GPUs per replica under test.
+    fn gpus(&self) -> u32 {
         let facts = &self.target.facts;
-        Cost::of(
-            summary.client.busy_s,
-            facts.replicas.max(1) * facts.gpus_per_replica.max(1),
-            summary.client.sent,
-        )
+        facts.replicas.max(1) * facts.gpus_per_replica.max(1)
+    }
+
+    /// The plain grid's `rates` at their planned schedules, every repeat.
+    fn plain_grid(&self, rates: Vec<f64>) -> PlainGrid {
+        let c = &self.manifest.client;
+        let one = |&rate: &f64| {
+            Cost::planned(
+                rate,
+                c.initial_scheduled_requests,
+                c.minimum_duration_seconds,
+                self.gpus(),
+            )
+        };
+        let costs: Vec<Cost> = rates
+            .iter()
+            .flat_map(|r| std::iter::repeat_n(one(r), self.spec.repeats.max(1) as usize))
+            .collect();
+        PlainGrid {
+            rates,
+            cost: Cost::sum(&costs),
+        }
     }
 
     /// One open-loop point (one repeat).

@@ -27,12 +27,32 @@ pub struct ModelPrior {
 pub const PLACEMENT_RULE: &str = "model-guided placement: before the sweep, the engine model \
     of the deployment (its setup, replicas behind a round-robin router, the manifest's \
     workload and schedule) gives its capacity and its closed-loop throughput at each \
-    saturation level; after the saturation sweep, its speed is calibrated to the measured \
-    knee (measured ÷ model throughput at the knee's concurrency) and the predicted capacity \
-    is the model's × that factor; the first two rates sit just below and just above the \
-    prediction (one resolution apart), each further one 10% beyond the sweep until a fail \
-    lies above a pass, then refinement bisects. Without a model or a knee, the fixed-fraction \
-    grid is used";
+    saturation level; after the saturation sweep, its speed is calibrated at the measured \
+    knee (what the engine sustained there by Little's law, the concurrency ÷ the mean \
+    end-to-end latency, without the client's turnaround, ÷ the model's throughput at that \
+    concurrency) and the predicted capacity is the model's × that factor; the first two \
+    rates sit just below and just above the prediction (one resolution apart), each further \
+    one beyond the sweep (10%, 20%, 40%, then 80% steps) until a fail lies above a pass, \
+    then refinement bisects. \
+    Without a model or a knee, the fixed-fraction grid is used";
+
+/// The workload of one cache mode as the model runs it: the manifest's, with the warm
+/// pool's shared prefixes in warm mode; `None` for trace arrivals.
+pub fn model_workload(
+    spec: &CapacityBenchmarkSpec,
+    manifest: &WorkloadManifest,
+    cache: CacheMode,
+) -> Option<WorkloadSpec> {
+    let pool = &spec.experiments.warm_pool;
+    Some(WorkloadSpec {
+        shared_prefix: (cache == CacheMode::Warm).then_some(SharedPrefix {
+            pool: pool.prefixes.max(1),
+            tokens: pool.prefix_tokens,
+            zipf: pool.zipf,
+        }),
+        ..WorkloadSpec::for_manifest(manifest)?
+    })
+}
 
 /// The model's expectations for each of the spec's cache modes on `replicas` replicas of
 /// `setup`: saturation levels as the spec runs them (the manifest's warmup, then the
@@ -43,21 +63,13 @@ pub fn model_priors(
     setup: &Setup,
     replicas: u32,
 ) -> Result<Vec<ModelPrior>, ScheduleError> {
-    let Some(base) = WorkloadSpec::for_manifest(manifest) else {
-        return Ok(Vec::new());
-    };
     let ex = &spec.experiments;
     let saturation = ex.saturation.clone().unwrap_or_default();
     let gate = manifest.gate_config();
     let mut priors = Vec::new();
     for &cache in &ex.cache_modes {
-        let workload = WorkloadSpec {
-            shared_prefix: (cache == CacheMode::Warm).then_some(SharedPrefix {
-                pool: ex.warm_pool.prefixes.max(1),
-                tokens: ex.warm_pool.prefix_tokens,
-                zipf: ex.warm_pool.zipf,
-            }),
-            ..base.clone()
+        let Some(workload) = model_workload(spec, manifest, cache) else {
+            return Ok(Vec::new());
         };
         let mut saturation_rps = Vec::new();
         for &c in &saturation.concurrency {

@@ -118,6 +118,10 @@ pub struct ModeResult {
     /// The engine model's capacity, calibrated to the knee, that placed the first rates.
     #[serde(default)]
     pub prediction: Option<super::driver::Prediction>,
+    /// The fixed-fraction grid the model's placement replaced, and what its rate points
+    /// would have held at the least.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_grid: Option<PlainGrid>,
     /// The replica plan for the peak with this mode's capacity.
     pub plan: Option<ReplicaPlan>,
     /// Mean prefix-cache hit rate over the points that reported one.
@@ -125,6 +129,23 @@ pub struct ModeResult {
     /// What this mode's saturation levels and rate points cost.
     #[serde(default)]
     pub cost: Cost,
+}
+
+/// The fixed-fraction grid a model-placed sweep did not run, for its cost to be compared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlainGrid {
+    /// The rates the knee's throughput proposed (RPS).
+    pub rates: Vec<f64>,
+    /// Their planned schedules, every repeat, on every GPU under test, drain not counted
+    /// ([`Cost::planned`]): a lower bound on what the grid would have cost.
+    pub cost: Cost,
+}
+
+impl ModeResult {
+    /// What this mode's open-loop rate points cost (the saturation sweep left out).
+    pub fn rate_points_cost(&self) -> Cost {
+        Cost::sum(self.points.iter().map(|p| &p.cost))
+    }
 }
 
 /// One open-loop test point (one repeat).
@@ -190,6 +211,10 @@ pub struct SaturationLevel {
     pub dir: String,
     /// Completed requests per second.
     pub throughput_rps: f64,
+    /// What the engine sustained by Little's law: concurrency ÷ mean end-to-end latency
+    /// (without the client's turnaround between requests).
+    #[serde(default)]
+    pub engine_rps: Option<f64>,
     /// Output tokens per second.
     pub output_tps: f64,
     /// Lowest per-class attainment.

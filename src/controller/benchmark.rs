@@ -826,7 +826,7 @@ impl Run<'_> {
             &merged.summary.validity.reasons,
             manifest,
             point_map,
-            Some((merged.summary.client.busy_s, merged.summary.client.sent)),
+            Some(points::Held::of(&merged.summary.client)),
         )))
     }
 
@@ -1003,10 +1003,10 @@ impl Run<'_> {
             });
             plans.push((cache, conclusion.plan));
         }
-        self.status.cost = Some(points::cost(
-            &self.status.points,
-            tested.replicas.max(1) * tested.gpus_per_replica.max(1),
-        ));
+        let gpus = tested.replicas.max(1) * tested.gpus_per_replica.max(1);
+        self.status.cost = Some(points::cost(&self.status.points, gpus));
+        self.status.early_stop_saved_gpu_minutes =
+            points::early_stop_saved_gpu_minutes(&self.status.points, gpus);
         let capacities: Vec<_> = modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
         let chosen = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
         let mode = chosen.and_then(|c| modes.iter().find(|m| m.cache == c));

@@ -196,7 +196,11 @@ fn pack_capacity(
                 &p.validity_reasons,
                 manifest,
                 p.dir.clone(),
-                Some((p.cost.real_time_seconds, p.cost.requests_sent)),
+                Some(super::status::Held {
+                    busy_seconds: p.cost.real_time_seconds,
+                    requests_sent: p.cost.requests_sent,
+                    unsent_seconds: p.early_stop.as_ref().map(|e| e.unsent_s),
+                }),
             )
         })
         .collect();

@@ -8,6 +8,28 @@ use crate::bench::driver::{self, Outcome, PointKey, Recorded};
 use crate::planning::assess;
 use crate::workload::WorkloadManifest;
 
+/// What a point held, for its cost (real-time equivalents).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Held {
+    /// From the schedule's time zero to the last response or the early stop.
+    pub busy_seconds: f64,
+    /// Requests sent, warmup included.
+    pub requests_sent: u64,
+    /// Stopped early: the schedule time left unsent.
+    pub unsent_seconds: Option<f64>,
+}
+
+impl Held {
+    /// What a load generator's client facts say the point held.
+    pub fn of(client: &crate::loadgen::run::ClientFacts) -> Held {
+        Held {
+            busy_seconds: client.busy_s,
+            requests_sent: client.sent,
+            unsent_seconds: client.early_stop.as_ref().map(|e| e.unsent_s),
+        }
+    }
+}
+
 /// The status entry of a point whose shards were merged into `report`.
 pub fn finished_point(
     key: PointKey,
@@ -16,7 +38,7 @@ pub fn finished_point(
     validity_reasons: &[String],
     manifest: &WorkloadManifest,
     result_config_map: String,
-    busy: Option<(f64, u64)>,
+    held: Option<Held>,
 ) -> FinishedPoint {
     let gate = manifest.gate_config();
     let (kind, concurrency, offered_rps, repeat) = key_fields(key);
@@ -64,8 +86,9 @@ pub fn finished_point(
                 passed: c.class_slo_pass && c.sample_adequate,
             })
             .collect(),
-        busy_seconds: busy.map(|b| b.0),
-        requests_sent: busy.map(|b| b.1),
+        busy_seconds: held.map(|h| h.busy_seconds),
+        requests_sent: held.map(|h| h.requests_sent),
+        unsent_seconds: held.and_then(|h| h.unsent_seconds),
     }
 }
 
@@ -93,6 +116,7 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
         classes: Vec::new(),
         busy_seconds: None,
         requests_sent: None,
+        unsent_seconds: None,
     }
 }
 
@@ -110,6 +134,14 @@ pub fn cost(points: &[FinishedPoint], gpus: u32) -> crate::planning::cost::Cost 
         })
         .collect();
     crate::planning::cost::Cost::sum(&each)
+}
+
+/// What early stopping saved on `gpus` accelerators: the schedule time its stopped points
+/// left unsent, in GPU-minutes; `None` when no point was stopped.
+pub fn early_stop_saved_gpu_minutes(points: &[FinishedPoint], gpus: u32) -> Option<f64> {
+    let unsent: Vec<f64> = points.iter().filter_map(|p| p.unsent_seconds).collect();
+    (!unsent.is_empty())
+        .then(|| crate::planning::cost::Cost::of(unsent.iter().sum(), gpus, 0).gpu_minutes)
 }
 
 /// The status fields naming a point: kind, concurrency, offered rate, repeat.
@@ -158,6 +190,7 @@ pub fn recorded(points: &[FinishedPoint]) -> Vec<Recorded> {
                 PointKey::Saturation { .. } => Outcome::Saturation {
                     throughput_rps: p.achieved_rps,
                     slos_met: p.slos_met,
+                    engine_rps: None,
                 },
                 PointKey::Rate { .. } => Outcome::Rate {
                     passed: p.valid && p.verdict == FinishedPoint::PASS,
@@ -198,8 +231,35 @@ mod tests {
             back[0].outcome,
             Outcome::Saturation {
                 throughput_rps: 0.0,
-                slos_met: false
+                slos_met: false,
+                engine_rps: None,
             }
         );
+    }
+
+    #[test]
+    fn the_cost_counts_what_points_held_and_early_stopping_what_they_left_unsent() {
+        let key = |rate| PointKey::Rate {
+            cache: CacheMode::Cold,
+            rate,
+            repeat: 0,
+        };
+        let held = |busy_seconds, requests_sent, unsent_seconds| FinishedPoint {
+            busy_seconds: Some(busy_seconds),
+            requests_sent: Some(requests_sent),
+            unsent_seconds,
+            ..invalid_point(key(6.0), String::new())
+        };
+        // 300 s and 60 s held on 4 GPUs: 24 GPU-minutes; the second left 150 s unsent.
+        let points = [
+            held(300.0, 1800, None),
+            held(60.0, 500, Some(150.0)),
+            invalid_point(key(9.0), "the Job failed".into()),
+        ];
+        let cost = cost(&points, 4);
+        assert_eq!(cost.gpu_minutes, 24.0);
+        assert_eq!(cost.requests_sent, 2300);
+        assert_eq!(early_stop_saved_gpu_minutes(&points, 4), Some(10.0));
+        assert_eq!(early_stop_saved_gpu_minutes(&points[..1], 4), None);
     }
 }

@@ -270,7 +270,8 @@ pub struct ClientFacts {
     /// ([`closed_loop_window_s`]).
     pub window_s: f64,
     /// Seconds from the schedule's time zero to the last measured response (warmup and
-    /// drain included): how long the point held the deployment.
+    /// drain included), or to the early stop if later: how long the point held the
+    /// deployment.
     #[serde(default)]
     pub busy_s: f64,
     /// Successes whose server usage and counted chunks disagree.
@@ -308,7 +309,10 @@ impl ClientFacts {
             .map(RequestRecord::schedule_lag_ms)
             .collect();
         self.schedule_lag_ms = LagFigures::of(&mut lags);
-        self.busy_s = measured.iter().map(|r| r.ended_s).fold(0.0, f64::max);
+        // A point stopped early held the engine until the stop: the requests it cancelled
+        // ran after the last response it kept.
+        let stopped_s = self.early_stop.as_ref().map_or(0.0, |e| e.at_s);
+        self.busy_s = measured.iter().map(|r| r.ended_s).fold(stopped_s, f64::max);
         self.tokens_mismatches = measured
             .iter()
             .filter(|r| {
@@ -688,6 +692,7 @@ pub async fn run_point_from(
     );
     run.client.early_stop = early;
     run.client.cancelled_at_stop = cancelled_at_stop;
+    run.client.refresh_from(&run.records);
     run
 }
 

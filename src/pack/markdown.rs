@@ -319,7 +319,7 @@ fn capacity_sentence(mode: &ModeResult) -> String {
         let _ = write!(
             capacity,
             "\n\nModel placement: the engine model's capacity {} RPS, calibrated at the knee \
-             (c={}: measured ÷ model throughput = {:.3}), predicted **{} RPS**; {measured}.",
+             (c={}: engine ÷ model throughput = {:.3}), predicted **{} RPS**; {measured}.",
             rate(p.model_capacity_rps),
             p.knee_concurrency,
             p.speed,
@@ -673,7 +673,50 @@ fn cost_section(result: &BenchResult) -> String {
             saved.points, saved.real_time_seconds, saved.gpu_minutes
         );
     }
+    for (mode, grid) in result
+        .modes
+        .iter()
+        .filter_map(|m| m.plain_grid.as_ref().map(|g| (m, g)))
+    {
+        let ran = mode.rate_points_cost();
+        let rates: Vec<String> = grid.rates.iter().map(|&r| rate(r)).collect();
+        let _ = writeln!(
+            out,
+            "Model placement, {} cache: {} rate point(s) held {:.1} GPU-minutes where the \
+             plain grid's rates ({} RPS) would have held at least {:.1} (their planned \
+             schedules, drain not counted): {}.\n",
+            mode_name(mode.cache),
+            mode.points.len(),
+            ran.gpu_minutes,
+            rates.join(", "),
+            grid.cost.gpu_minutes,
+            placement_words(grid.cost.gpu_minutes - ran.gpu_minutes)
+        );
+    }
     out
+}
+
+/// What the model's placement saved against the plain grid (GPU-minutes; negative when
+/// it spent more), summed over the modes it placed; `None` when it placed none.
+pub(super) fn placement_savings(result: &BenchResult) -> Option<f64> {
+    let saved: Vec<f64> = result
+        .modes
+        .iter()
+        .filter_map(|m| {
+            let grid = m.plain_grid.as_ref()?;
+            Some(grid.cost.gpu_minutes - m.rate_points_cost().gpu_minutes)
+        })
+        .collect();
+    (!saved.is_empty()).then(|| saved.iter().sum())
+}
+
+/// "about X GPU-minutes saved", or "X GPU-minutes more" when placement cost more.
+pub(super) fn placement_words(saved_gpu_minutes: f64) -> String {
+    if saved_gpu_minutes >= 0.0 {
+        format!("at least {saved_gpu_minutes:.1} GPU-minutes saved")
+    } else {
+        format!("{:.1} GPU-minutes more", -saved_gpu_minutes)
+    }
 }
 
 /// What early stopping saved: the points it stopped and the schedule they left unsent.

@@ -414,6 +414,7 @@ mod tests {
                 },
             ],
             busy_seconds: None,
+            unsent_seconds: None,
             requests_sent: None,
         }
     }

@@ -52,6 +52,13 @@ pub fn summary_text(result: &BenchResult) -> String {
             saved.points, saved.gpu_minutes
         );
     }
+    if let Some(saved) = super::markdown::placement_savings(result) {
+        let _ = writeln!(
+            out,
+            "model placement: {} against the plain grid's rate points",
+            super::markdown::placement_words(saved)
+        );
+    }
     let _ = writeln!(out, "time scale: {}", time_scale_words(result.time_scale));
     if let Some(t) = result.calibration.as_ref().and_then(|c| c.chosen_trial()) {
         let _ = writeln!(

@@ -225,6 +225,7 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         bracket: None,
         refinements: Vec::new(),
         prediction: None,
+        plain_grid: None,
         plan: capacity_rps.and_then(|c| plan(c).ok()),
         mean_prefix_cache_hit_rate: (!hits.is_empty())
             .then(|| hits.iter().sum::<f64>() / hits.len() as f64),
@@ -247,6 +248,7 @@ fn saturation() -> SaturationResult {
         concurrency,
         dir: format!("saturation/c{concurrency}"),
         throughput_rps: throughput,
+        engine_rps: None,
         output_tps: throughput * 200.0,
         weakest_attainment: Some(attainment),
         p95_ttft_ms: Some(100.0 * f64::from(concurrency).sqrt()),
@@ -560,6 +562,45 @@ fn the_cost_of_every_point_adds_up_to_the_benchmarks() {
         summary.contains(&format!("cost: {:.1} GPU-minutes", total.gpu_minutes)),
         "{summary}"
     );
+}
+
+#[test]
+fn model_placement_is_weighed_against_the_plain_grid() {
+    let mut result = fixture(1);
+    let cold = &mut result.modes[0];
+    let (ran, n) = (
+        Cost::sum(cold.points.iter().map(|p| &p.cost)),
+        cold.points.len(),
+    );
+    // A grid that would have held 100 GPU-minutes more than the points run.
+    cold.plain_grid = Some(crate::bench::result::PlainGrid {
+        rates: vec![10.0, 12.5],
+        cost: Cost::of((ran.gpu_minutes + 100.0) * 60.0 / 8.0, 8, 9200),
+    });
+    let md = sweep_markdown(&result);
+    let cost = section(&md, "Cost");
+    assert!(
+        cost.contains(&format!(
+            "Model placement, cold cache: {} rate point(s) held {:.1} GPU-minutes where the \
+             plain grid's rates (10, 12.5 RPS) would have held at least {:.1}",
+            n,
+            ran.gpu_minutes,
+            ran.gpu_minutes + 100.0
+        )),
+        "{cost}"
+    );
+    assert!(cost.contains("at least 100.0 GPU-minutes saved"), "{cost}");
+    assert!(!cost.contains("Model placement, warm cache"), "{cost}");
+    let summary = crate::pack::summary_text(&result);
+    assert!(
+        summary.contains(
+            "model placement: at least 100.0 GPU-minutes saved against the plain grid's \
+             rate points"
+        ),
+        "{summary}"
+    );
+    // Without a placed mode, no such line.
+    assert!(!crate::pack::summary_text(&fixture(1)).contains("model placement"));
 }
 
 #[test]

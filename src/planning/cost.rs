@@ -29,6 +29,18 @@ impl Cost {
         }
     }
 
+    /// What an open-loop point at `rate` holds at the least: its planned schedule,
+    /// `requests` per block and blocks added until `min_duration_s` is covered, on `gpus`
+    /// accelerators; the drain after the last send is not counted.
+    pub fn planned(rate: f64, requests: u64, min_duration_s: f64, gpus: u32) -> Cost {
+        if rate.is_nan() || rate <= 0.0 || requests == 0 {
+            return Cost::default();
+        }
+        let block_s = requests as f64 / rate;
+        let blocks = (min_duration_s / block_s).ceil().max(1.0);
+        Cost::of(blocks * block_s, gpus, blocks as u64 * requests)
+    }
+
     /// The total of several costs.
     pub fn sum<'a>(costs: impl IntoIterator<Item = &'a Cost>) -> Cost {
         costs.into_iter().fold(Cost::default(), |a, c| Cost {
@@ -52,5 +64,16 @@ mod tests {
         assert_eq!(total.real_time_seconds, 360.0);
         assert_eq!(total.gpu_minutes, 48.0);
         assert_eq!(total.requests_sent, 4700);
+    }
+
+    #[test]
+    fn a_planned_point_covers_its_minimum_duration_in_whole_blocks() {
+        // 4,600 requests at 20 RPS: one 230 s block covers 120 s.
+        assert_eq!(Cost::planned(20.0, 4600, 120.0, 2).real_time_seconds, 230.0);
+        // 1,000 at 20 RPS: 50 s blocks, three of them for 120 s.
+        let c = Cost::planned(20.0, 1000, 120.0, 2);
+        assert_eq!((c.real_time_seconds, c.requests_sent), (150.0, 3000));
+        assert_eq!(c.gpu_minutes, 5.0);
+        assert_eq!(Cost::planned(0.0, 1000, 120.0, 2), Cost::default());
     }
 }

@@ -288,6 +288,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             classes: Vec::new(),
             busy_seconds: None,
             requests_sent: None,
+            unsent_seconds: None,
         }],
         modes: vec![ModeCapacity {
             cache: CacheMode::Cold,
@@ -297,6 +298,7 @@ fn running_status(generation: i64) -> CapacityBenchmarkStatus {
             refinements: Vec::new(),
         }],
         cost: None,
+        early_stop_saved_gpu_minutes: None,
         capacity_rps: Some(12.0),
         capacity_per_replica_rps: Some(6.0),
         required_replicas: Some(4),

@@ -89,21 +89,35 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     assert_eq!(cold["capacity_rps"].as_f64(), status.capacity_rps);
     assert_eq!(cold["bracket"]["pass"].as_f64(), Some(bracket.pass));
     assert_eq!(cold["bracket"]["fail"].as_f64(), Some(bracket.fail));
-    // Both shells sent the same schedules, and each point held the engine at least as long
-    // as its schedule lasted (requests ÷ rate, in real time).
+    // Both shells sent the same schedules (up to where early stopping ended a failing
+    // point, a moment that varies from run to run), and each point held the engine at
+    // least as long as its schedule lasted (requests ÷ rate, in real time) or until it
+    // was stopped.
     let cost = status.cost.expect("the sweep's cost");
-    assert_eq!(
-        local["cost"]["requestsSent"].as_u64(),
-        Some(cost.requests_sent)
-    );
-    for p in &status.points {
+    let local_points = cold["points"].as_array().expect("points");
+    for (p, l) in status.points.iter().zip(local_points) {
         let (busy, sent, rate) = (
             p.busy_seconds.expect("busy time"),
             p.requests_sent.expect("requests"),
             p.offered_rps.expect("a rate"),
         );
-        assert!(busy >= 0.95 * sent as f64 / rate, "{p:#?}");
+        let stopped = p.unsent_seconds.is_some();
+        assert_eq!(stopped, !l["early_stop"].is_null(), "{p:#?} {l:#}");
+        if stopped {
+            assert!(p.reasons[0].starts_with("stopped early: "), "{p:#?}");
+        } else {
+            assert_eq!(l["cost"]["requestsSent"].as_u64(), Some(sent), "{p:#?}");
+            assert!(busy >= 0.95 * sent as f64 / rate, "{p:#?}");
+        }
     }
+    // 24 RPS, four times the single replica's capacity, is stopped early, and the status
+    // says what that saved: the unsent schedule on the one GPU.
+    let unsent = status.points[1].unsent_seconds.expect("24 RPS stopped early");
+    assert_eq!(
+        status.early_stop_saved_gpu_minutes,
+        Some(unsent / 60.0),
+        "{status:#?}"
+    );
     assert!(cost.gpu_minutes > 0.0);
     assert_eq!(
         local["plan"]["required_replicas"].as_u64(),

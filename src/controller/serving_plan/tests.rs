@@ -39,6 +39,7 @@ fn point(rate: f64, verdict: &str) -> FinishedPoint {
         result_config_map: None,
         classes: Vec::new(),
         busy_seconds: None,
+        unsent_seconds: None,
         requests_sent: None,
     }
 }
