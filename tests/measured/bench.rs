@@ -792,3 +792,78 @@ fn the_example_brackets_its_capacity_within_5_percent_inside_the_models_range() 
         result.cost
     );
 }
+
+/// Model placement on a second preset (a 70B-class FP8 model on two H100s, tensor
+/// parallel): the calibrated prediction lands within one extension (10%) of the capacity
+/// measured, refinement brackets it within 5%, and the capacity lies inside the model's
+/// own range over five schedule seeds.
+#[test]
+fn model_placement_brackets_the_capacity_on_another_preset() {
+    use goodput::bench::model::model_workload;
+    use goodput::sim::fleet_model::fleet_capacity;
+    let _machine = MACHINE.whole_blocking();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = benchmark(
+        20.0,
+        "    saturation: {concurrency: [2, 4, 8, 16, 32], durationSeconds: 20}
+    rateSweep: {points: 5, lowFraction: 0.6, highFraction: 1.2}
+    cacheModes: [cold]",
+    )
+    .replace(
+        "preset: qwen2.5-7b-h100, overrides: {prefix_caching: true}",
+        "preset: dense-70b-fp8-h100-tp2",
+    )
+    .replace(
+        "placement: {tp: 1, pp: 1, dp: 1, replicas: 1, gpus: 1}",
+        "placement: {tp: 2, pp: 1, dp: 1, replicas: 1, gpus: 2}",
+    );
+    assert!(yaml.contains("dense-70b-fp8-h100-tp2") && yaml.contains("tp: 2"));
+    let result = run(&yaml, dir.path());
+    let loaded = parse_benchmark(&yaml, Path::new("test-bench.yaml")).expect("parses");
+    let (spec, manifest) = (&loaded.benchmark.spec, &loaded.manifest);
+    let setup = goodput::sim::preset("dense-70b-fp8-h100-tp2").expect("preset");
+    let workload = model_workload(spec, manifest, result.modes[0].cache).expect("arrivals");
+    let model: Vec<f64> = [manifest.client.request_schedule_seed, 1, 2, 3, 4]
+        .iter()
+        .map(|&seed| {
+            let w = goodput::sim::offline::WorkloadSpec {
+                seed,
+                ..workload.clone()
+            };
+            fleet_capacity(&setup, &w, 1, &manifest.gate_config(), (0.1, 20.0)).expect("bisects")
+        })
+        .collect();
+    let cold = &result.modes[0];
+    let points: Vec<(f64, Option<Verdict>, bool)> = cold
+        .points
+        .iter()
+        .map(|p| (p.offered_rps, p.report.verdict, p.refinement))
+        .collect();
+    eprintln!(
+        "capacity {:?}, bracket {:?}, prediction {:?}, model {model:?}, points {points:?}, \
+         {:.1} GPU-minutes, plain grid {:?}",
+        cold.capacity_rps, cold.bracket, cold.prediction, cold.cost.gpu_minutes, cold.plain_grid
+    );
+    let capacity = cold.capacity_rps.expect("a rate passes");
+    let predicted = cold
+        .prediction
+        .expect("the model placed the rates")
+        .predicted_rps;
+    assert!(
+        (capacity - predicted).abs() <= 0.10 * predicted,
+        "predicted {predicted:.2}, measured {capacity} (points {points:?})"
+    );
+    let bracket = cold.bracket.expect("a fail above a pass");
+    assert!(bracket.width() <= 0.05 + 1e-9, "{bracket:?}");
+    let lo = model.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = model.iter().copied().fold(0.0, f64::max);
+    assert!(
+        capacity >= lo * 0.95 && capacity <= hi * 1.03,
+        "capacity {capacity} outside the model's {lo:.2}..{hi:.2} (points {points:?})"
+    );
+    // The grid it replaced is stated, with its planned cost on the two GPUs.
+    let grid = cold.plain_grid.as_ref().expect("the replaced grid");
+    assert_eq!(grid.rates.len(), 5);
+    assert!(grid.cost.gpu_minutes > 0.0);
+    assert_eq!(result.target.gpus_per_replica, 2);
+}

@@ -112,7 +112,9 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     }
     // 24 RPS, four times the single replica's capacity, is stopped early, and the status
     // says what that saved: the unsent schedule on the one GPU.
-    let unsent = status.points[1].unsent_seconds.expect("24 RPS stopped early");
+    let unsent = status.points[1]
+        .unsent_seconds
+        .expect("24 RPS stopped early");
     assert_eq!(
         status.early_stop_saved_gpu_minutes,
         Some(unsent / 60.0),
