@@ -369,12 +369,16 @@ async fn a_fleet_behind_a_shared_bottleneck_is_not_verified_and_gets_a_measured_
     let v = done.status.as_ref().unwrap().verification.clone().unwrap();
     assert_eq!(v.state, Verification::SHORTFALL, "{v:#?}");
     assert_eq!(v.expected_fleet_rps, Some(48.0));
-    // Two engines carry about 26 RPS of this mix: a quarter of the expectation (12 RPS)
-    // passes, the peak (36) and the expectation (48) do not.
+    // Two engines carry under the peak of this mix: a quarter of the expectation (12 RPS)
+    // passes, the peak (36) and the expectation (48) do not; refinement then narrows the
+    // measured fleet capacity between the highest pass and 36.
     let measured = v.measured_fleet_rps.expect("a rate passed");
-    assert!(measured == 12.0 || measured == 24.0, "{measured}");
-    assert_eq!(v.scaling_efficiency, Some(measured / 48.0));
-    assert_eq!(v.shortfall_rps, Some(36.0 - measured));
+    assert!((12.0..36.0).contains(&measured), "{measured}");
+    // The status keeps three decimals.
+    let efficiency = v.scaling_efficiency.expect("an efficiency");
+    assert!((efficiency - measured / 48.0).abs() <= 5e-4, "{efficiency}");
+    let shortfall = v.shortfall_rps.expect("a shortfall");
+    assert!((shortfall - (36.0 - measured)).abs() <= 5e-4, "{shortfall}");
     let per_replica = measured / 8.0;
     let expected = (36.0 / (per_replica * 0.75)).ceil() as u32;
     assert_eq!(v.proposed_replicas, Some(expected));
