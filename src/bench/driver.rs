@@ -9,10 +9,14 @@
 //!
 //! Per cache mode, in the order the spec lists them:
 //! 1. the saturation levels (closed loop), when asked for or when no rates are given; their
-//!    knee proposes the rate sweep's range;
+//!    knee proposes the rate sweep's range or, with an engine model of the target,
+//!    calibrates the model, whose predicted capacity places the first two rates;
 //! 2. the open-loop rates, every repeat of each;
-//! 3. one more rate at a time (at most [`sweep::MAX_EXTENSIONS`]) while the sweep does not
-//!    bracket the capacity (a failing rate above a passing one).
+//! 3. one more rate at a time (at most [`sweep::MAX_EXTENSIONS`], or
+//!    [`sweep::PLACED_MAX_EXTENSIONS`] when placed) while the sweep does not bracket the
+//!    capacity (a failing rate above a passing one);
+//! 4. refinements, each bisecting the bracket, until it is within the resolution or
+//!    `maxRefinements` are spent.
 
 use super::sweep;
 use crate::analysis::{GateConfig, PointReport};
@@ -353,12 +357,26 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         decision.knee = knee.map(|k| k.0);
         let prior = plan.model.iter().find(|p| p.cache == cache);
         decision.prediction = knee.zip(prior).and_then(|(k, prior)| {
-            let model_rps = prior.saturation_rps.iter().find(|l| l.0 == k.0)?.1;
-            (model_rps > 0.0).then(|| {
-                let speed = k.3 / model_rps;
+            // The knee and the highest level below it that met the SLOs: the two closest to
+            // where the engine runs at capacity, pooled against one level's noise.
+            let below = levels
+                .iter()
+                .filter(|l| l.2 && l.1 > 0.0 && l.0 < k.0)
+                .max_by_key(|l| l.0)
+                .copied();
+            let model_at = |c: u32| prior.saturation_rps.iter().find(|l| l.0 == c).map(|l| l.1);
+            let below = below.and_then(|b| Some((b, model_at(b.0)?)));
+            let (mut engine, mut model) = (k.3, model_at(k.0)?);
+            if let Some((b, m)) = below {
+                engine += b.3;
+                model += m;
+            }
+            (model > 0.0).then(|| {
+                let speed = engine / model;
                 Prediction {
                     model_capacity_rps: prior.capacity_rps,
                     knee_concurrency: k.0,
+                    below_knee_concurrency: below.map(|b| b.0.0),
                     speed,
                     predicted_rps: prior.capacity_rps * speed,
                 }
@@ -400,6 +418,11 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
     };
     let mut extensions = 0;
     let placed = matches!(plan.rates, RateSource::Knee { .. }) && decision.prediction.is_some();
+    let max_extensions = if placed {
+        sweep::PLACED_MAX_EXTENSIONS
+    } else {
+        sweep::MAX_EXTENSIONS
+    };
     loop {
         let mut passed = Vec::with_capacity(decision.rates.len());
         for &rate in &decision.rates {
@@ -444,12 +467,12 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                 }
             }
             None => match if placed {
-                sweep::placed_extension(&passed, extensions)
+                sweep::placed_extension(&passed, extensions, plan.resolution)
             } else {
                 sweep::extension(&passed)
             } {
                 Some(next)
-                    if extensions < sweep::MAX_EXTENSIONS
+                    if extensions < max_extensions
                         && !decision.rates.iter().any(|&r| PointKey::same_rate(r, next)) =>
                 {
                     extensions += 1;
@@ -477,10 +500,14 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
 pub struct Prediction {
     /// The uncalibrated model's capacity (requests per second).
     pub model_capacity_rps: f64,
-    /// The knee's concurrency the calibration used.
+    /// The knee's concurrency, where the calibration was measured.
     pub knee_concurrency: u32,
-    /// What the engine sustained at the knee (concurrency ÷ mean end-to-end latency) ÷
-    /// the model's closed-loop throughput there.
+    /// The highest level below the knee that met the SLOs, measured with it; `None` when
+    /// the knee is the lowest.
+    #[serde(default)]
+    pub below_knee_concurrency: Option<u32>,
+    /// What the engine sustained at those levels (each the concurrency ÷ the mean
+    /// end-to-end latency), summed, ÷ the model's same figures summed.
     pub speed: f64,
     /// The capacity predicted: the model's × the speed.
     pub predicted_rps: f64,
@@ -816,6 +843,7 @@ mod tests {
         let d = decide_mode(&plan, CacheMode::Cold, &ran);
         let p = d.prediction.expect("a prediction");
         assert_eq!(p.knee_concurrency, 16);
+        assert_eq!(p.below_knee_concurrency, Some(8));
         assert!((p.speed - 1.2).abs() < 1e-12 && (p.predicted_rps - 18.0).abs() < 1e-9);
         assert_eq!(d.rates[..2], sweep::placed_rates(18.0, 0.05));
         let b = d.bracket.expect("bracketed");
@@ -824,7 +852,8 @@ mod tests {
             "{b:?}"
         );
         assert!(d.rates.len() <= 3, "{:?}", d.rates);
-        // A model far off still brackets, 10% at a time, then refines.
+        // A model far off still brackets, a resolution and then 10%, 20%, 40% at a time,
+        // then refines.
         plan.model[0].capacity_rps = 10.0;
         let ran = run(&plan, oracle, Vec::new());
         let d = decide_mode(&plan, CacheMode::Cold, &ran);

@@ -19,21 +19,23 @@ pub struct ModelPrior {
     /// The model's capacity of the deployment under test (requests per second): the
     /// highest rate its per-class gate passes, replicas behind a round-robin router.
     pub capacity_rps: f64,
-    /// The model's closed-loop throughput at each saturation level: `(concurrency, RPS)`.
+    /// What the model's engine sustains at each saturation level, measured as a live level
+    /// measures it (see [`fleet_closed_loop_rps`]): `(concurrency, RPS)`.
     pub saturation_rps: Vec<(u32, f64)>,
 }
 
 /// How the model's prediction is calibrated and used (stated in every report).
 pub const PLACEMENT_RULE: &str = "model-guided placement: before the sweep, the engine model \
     of the deployment (its setup, replicas behind a round-robin router, the manifest's \
-    workload and schedule) gives its capacity and its closed-loop throughput at each \
-    saturation level; after the saturation sweep, its speed is calibrated at the measured \
-    knee (what the engine sustained there by Little's law, the concurrency ÷ the mean \
-    end-to-end latency, without the client's turnaround, ÷ the model's throughput at that \
-    concurrency) and the predicted capacity is the model's × that factor; the first two \
-    rates sit just below and just above the prediction (one resolution apart), each further \
-    one beyond the sweep (10%, 20%, 40%, then 80% steps) until a fail lies above a pass, \
-    then refinement bisects. \
+    workload and schedule) gives its capacity and, at each saturation level, the rate the \
+    engine sustains as the live level measures it (the concurrency ÷ the mean end-to-end \
+    latency of the requests sent after the warmup, the last ones drained); after the \
+    saturation sweep, its speed is calibrated at the knee and the highest level below it that \
+    met the SLOs (what the engine sustained there ÷ what the model sustains, both summed) and \
+    the predicted capacity is the model's × that factor; the first two rates sit just below \
+    and just above the prediction (one resolution apart), each further one beyond the sweep \
+    (one resolution, then 10%, 20%, 40% and 80% steps) until a fail lies above a pass, then \
+    refinement bisects. \
     Without a model or a knee, the fixed-fraction grid is used";
 
 /// The workload of one cache mode as the model runs it: the manifest's, with the warm

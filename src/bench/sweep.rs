@@ -82,10 +82,20 @@ pub fn placed_rates(predicted_rps: f64, resolution: f64) -> Vec<f64> {
 }
 
 /// The next rate of a model-placed sweep that does not bracket the capacity yet, after
-/// `extensions` others: 10%, then 20%, 40% ... above the highest (every rate passed) or
-/// below the lowest (every rate failed), so a prediction far off is still bracketed.
-pub fn placed_extension(rates_passed: &[(f64, bool)], extensions: usize) -> Option<f64> {
-    let step = 0.1 * 2f64.powi(extensions.min(3) as i32);
+/// `extensions` others: first a little under `resolution` beyond (a prediction just off
+/// still brackets narrowly enough), then 10%, 20%, 40% and 80%, above the highest (every
+/// rate passed) or below the lowest (every rate failed), so a prediction far off is still
+/// bracketed.
+pub fn placed_extension(
+    rates_passed: &[(f64, bool)],
+    extensions: usize,
+    resolution: f64,
+) -> Option<f64> {
+    let r = if resolution > 0.0 { resolution } else { 0.05 };
+    let step = match extensions {
+        0 => 0.9 * r,
+        n => 0.1 * 2f64.powi((n - 1).min(3) as i32),
+    };
     let lo = rates_passed.iter().map(|p| p.0).min_by(f64::total_cmp)?;
     let hi = rates_passed.iter().map(|p| p.0).max_by(f64::total_cmp)?;
     let highest_pass = rates_passed
@@ -94,11 +104,15 @@ pub fn placed_extension(rates_passed: &[(f64, bool)], extensions: usize) -> Opti
         .map(|p| p.0)
         .max_by(f64::total_cmp);
     match highest_pass {
-        None => Some(round_sig(lo * (1.0 - step).max(0.5), 3)).filter(|r| *r > 0.0 && *r < lo),
+        None => Some(round_sig(lo / (1.0 + step), 3)).filter(|r| *r > 0.0 && *r < lo),
         Some(p) if p == hi => Some(round_sig(hi * (1.0 + step), 3)),
         Some(_) => None,
     }
 }
+
+/// Most rates added to a model-placed sweep that does not bracket the capacity (see
+/// [`placed_extension`]).
+pub const PLACED_MAX_EXTENSIONS: usize = 5;
 
 /// The final bracket of a sweep: the highest rate that passed and the lowest failing rate
 /// above it. `None` until a failing rate lies above a passing one.
@@ -253,19 +267,32 @@ mod tests {
             fail: r[1],
         };
         assert!(b.width() <= 0.05, "{b:?}");
+        // One resolution step first: a prediction just off still brackets within it.
         assert_eq!(
-            placed_extension(&[(16.6, true), (17.3, true)], 0),
-            Some(19.0)
+            placed_extension(&[(16.6, true), (17.3, true)], 0, 0.05),
+            Some(18.1)
         );
         assert_eq!(
-            placed_extension(&[(16.6, true), (19.0, true)], 1),
-            Some(22.8)
+            placed_extension(&[(16.6, true), (18.1, true)], 1, 0.05),
+            Some(19.9)
         );
         assert_eq!(
-            placed_extension(&[(16.6, false), (17.3, false)], 0),
-            Some(14.9)
+            placed_extension(&[(16.6, true), (19.9, true)], 2, 0.05),
+            Some(23.9)
         );
-        assert_eq!(placed_extension(&[(16.6, true), (17.3, false)], 0), None);
+        assert_eq!(
+            placed_extension(&[(16.6, false), (17.3, false)], 0, 0.05),
+            Some(15.9)
+        );
+        let narrow = Bracket {
+            pass: 15.9,
+            fail: 16.6,
+        };
+        assert!(narrow.width() <= 0.05, "{narrow:?}");
+        assert_eq!(
+            placed_extension(&[(16.6, true), (17.3, false)], 0, 0.05),
+            None
+        );
     }
 
     #[test]

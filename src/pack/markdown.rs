@@ -316,12 +316,16 @@ fn capacity_sentence(mode: &ModeResult) -> String {
             || "no measured capacity".to_owned(),
             |c| format!("measured {} RPS", rate(c)),
         );
+        let levels = match p.below_knee_concurrency {
+            Some(b) => format!("c={b} and the knee c={}", p.knee_concurrency),
+            None => format!("the knee c={}", p.knee_concurrency),
+        };
         let _ = write!(
             capacity,
-            "\n\nModel placement: the engine model's capacity {} RPS, calibrated at the knee \
-             (c={}: engine ÷ model throughput = {:.3}), predicted **{} RPS**; {measured}.",
+            "\n\nModel placement: the engine model's capacity {} RPS, calibrated at {levels} \
+             (what the engine sustained ÷ what the model sustains = {:.3}), predicted **{} \
+             RPS**; {measured}.",
             rate(p.model_capacity_rps),
-            p.knee_concurrency,
             p.speed,
             rate(p.predicted_rps)
         );

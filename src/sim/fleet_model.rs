@@ -2,7 +2,9 @@
 //! engine's default, and a Kubernetes Service's): open-loop points, closed-loop throughput
 //! and the capacity the per-class gate finds. A benchmark places its first rates with it.
 
-use super::engine::{Engine, EngineStats, NewRequest, synthetic_block_hashes};
+use std::collections::HashMap;
+
+use super::engine::{Engine, EngineStats, NewRequest, RequestId, synthetic_block_hashes};
 use super::offline::{
     RateRow, RunResult, SimArrival, SimOutcome, WorkloadSpec, build_arrivals, find_max_rate, run,
     summarize,
@@ -73,10 +75,13 @@ pub fn fleet_capacity(
     }
 }
 
-/// Closed-loop throughput of `replicas` replicas with `concurrency` requests in flight in
-/// all (dealt evenly): each finished request is replaced at once by the next of the
-/// workload's schedule; completed requests per second over `duration_s` after `warmup_s`
-/// of model time.
+/// Closed-loop rate of `replicas` replicas with `concurrency` requests in flight in all
+/// (dealt evenly), as a live saturation level reports what the engine sustained: each
+/// finished request is replaced at once by the next of the workload's schedule until
+/// `warmup_s + duration_s` of model time, then the last ones drain; the rate is the
+/// concurrency ÷ the mean end-to-end latency of the requests sent after the warmup (Little's
+/// law). Measured the same way on both sides, the drain's lighter load and the window's edges
+/// bias the model and the live level alike.
 pub fn fleet_closed_loop_rps(
     setup: &Setup,
     spec: &WorkloadSpec,
@@ -87,29 +92,37 @@ pub fn fleet_closed_loop_rps(
 ) -> Result<f64, ScheduleError> {
     let shapes = build_arrivals(spec, 1.0)?;
     let n = replicas.max(1);
-    let mut total = 0.0;
+    let (mut count, mut e2e_sum) = (0u64, 0.0);
     for r in 0..n {
         let mine = concurrency / n + u32::from(r < concurrency % n);
-        total += closed_loop_rps(setup, spec, &shapes, mine, warmup_s, duration_s);
+        let (c, sum) = closed_loop_e2e(setup, spec, &shapes, mine, warmup_s, duration_s);
+        count += c;
+        e2e_sum += sum;
     }
-    Ok(total)
+    Ok(if count > 0 && e2e_sum > 0.0 {
+        f64::from(concurrency) * count as f64 / e2e_sum
+    } else {
+        0.0
+    })
 }
 
-/// One replica's closed loop (see [`fleet_closed_loop_rps`]).
-fn closed_loop_rps(
+/// One replica's closed loop (see [`fleet_closed_loop_rps`]): the count and the summed
+/// end-to-end latency (s) of the requests sent after the warmup.
+fn closed_loop_e2e(
     setup: &Setup,
     spec: &WorkloadSpec,
     shapes: &[SimArrival],
     concurrency: u32,
     warmup_s: f64,
     duration_s: f64,
-) -> f64 {
+) -> (u64, f64) {
     if concurrency == 0 || shapes.is_empty() || duration_s <= 0.0 {
-        return 0.0;
+        return (0, 0.0);
     }
     let mut engine = Engine::bulk(setup.clone());
     let mut next = 0usize;
-    let mut submit = |engine: &mut Engine| {
+    let mut sent_at: HashMap<RequestId, f64> = HashMap::new();
+    let mut submit = |engine: &mut Engine, sent_at: &mut HashMap<RequestId, f64>| {
         let a = &shapes[next % shapes.len()];
         let block_hashes = match (a.prefix, spec.shared_prefix, setup.prefix_caching) {
             (Some(p), Some(shared), true) => synthetic_block_hashes(
@@ -121,32 +134,43 @@ fn closed_loop_rps(
             ),
             _ => Vec::new(),
         };
-        engine.submit(NewRequest {
+        let id = engine.submit(NewRequest {
             input_len: a.input_tokens,
             output_len: a.output_tokens,
             block_hashes,
         });
+        sent_at.insert(id, engine.now());
         next += 1;
     };
     for _ in 0..concurrency {
-        submit(&mut engine);
+        submit(&mut engine, &mut sent_at);
     }
     let end = warmup_s + duration_s;
-    let mut completed = 0u64;
-    while engine.now() < end {
+    let (mut count, mut e2e_sum) = (0u64, 0.0);
+    while !sent_at.is_empty() {
         if engine.step().is_none() {
             break;
         }
         let now = engine.now();
-        let finished = engine.events().iter().filter(|e| e.finished).count();
-        for _ in 0..finished {
-            if now >= warmup_s && now <= end {
-                completed += 1;
+        let finished: Vec<_> = engine
+            .events()
+            .iter()
+            .filter(|e| e.finished)
+            .map(|e| e.id)
+            .collect();
+        for id in finished {
+            if let Some(sent) = sent_at.remove(&id)
+                && sent >= warmup_s
+            {
+                count += 1;
+                e2e_sum += now - sent;
             }
-            submit(&mut engine);
+            if now < end {
+                submit(&mut engine, &mut sent_at);
+            }
         }
     }
-    completed as f64 / duration_s
+    (count, e2e_sum)
 }
 
 #[cfg(test)]
