@@ -190,6 +190,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
                 busy_seconds: None,
                 requests_sent: None,
                 unsent_seconds: None,
+                engine_rps: None,
             });
         }
     }
@@ -202,6 +203,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
             capacity_per_replica_rps: capacity.get(&m).copied(),
             bracket: None,
             refinements: Vec::new(),
+            placement: None,
         })
         .collect();
     let capacity_rps = modes[0].capacity_rps;
@@ -256,6 +258,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
         modes,
         cost: None,
         early_stop_saved_gpu_minutes: None,
+        placement_saved_gpu_minutes: None,
         capacity_rps,
         capacity_per_replica_rps: capacity_rps,
         required_replicas: required,

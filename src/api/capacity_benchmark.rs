@@ -341,6 +341,29 @@ pub struct SimulatedTarget {
     pub stream_interval: u32,
 }
 
+impl SimulatedTarget {
+    /// The engine model the target runs: its preset with the overrides applied; the error
+    /// names the field at fault.
+    pub fn setup(&self) -> Result<crate::sim::Setup, String> {
+        let setup = crate::sim::setup::preset(&self.preset).ok_or_else(|| {
+            format!(
+                "spec.target.simulated.preset: unknown preset `{}` (see `goodput simulate \
+                 --list-presets`)",
+                self.preset
+            )
+        })?;
+        if self.overrides.is_empty() {
+            return Ok(setup);
+        }
+        serde_json::to_string(&self.overrides)
+            .map_err(|e| e.to_string())
+            .and_then(|yaml| {
+                crate::sim::setup::apply_yaml_overrides(&setup, &yaml).map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("spec.target.simulated.overrides: {e}"))
+    }
+}
+
 impl Default for SimulatedTarget {
     fn default() -> Self {
         SimulatedTarget {

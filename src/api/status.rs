@@ -53,6 +53,12 @@ pub struct CapacityBenchmarkStatus {
     /// every GPU under test, in GPU-minutes (set with the capacity when a point stopped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_stop_saved_gpu_minutes: Option<f64>,
+    /// What the engine model's placement saved against the fixed-fraction grid it replaced,
+    /// summed over the modes it placed: that grid's planned GPU-minutes less what the
+    /// placed rate points held (negative when placement spent more; absent when the model
+    /// placed no rates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_saved_gpu_minutes: Option<f64>,
     /// Highest passing offered rate (requests per second) of the plan's cache mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_rps: Option<f64>,
@@ -204,6 +210,11 @@ pub struct FinishedPoint {
     /// it left unsent, in seconds of real-time equivalent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsent_seconds: Option<f64>,
+    /// Saturation points: what the engine sustained, its concurrency ÷ the mean end-to-end
+    /// latency (Little's law, the client's turnaround left out), requests per second. The
+    /// engine model of a simulated target is calibrated against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_rps: Option<f64>,
 }
 
 /// One workload class at one point.
@@ -289,6 +300,31 @@ pub struct ModeCapacity {
     /// Rates added to narrow the bracket (`rateSweep.resolution`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refinements: Vec<f64>,
+    /// How the engine model placed the first rates (a simulated target with a saturation
+    /// sweep); absent when the fixed-fraction grid ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+/// The engine model's prediction for one cache mode and what it saved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// The uncalibrated model's capacity (requests per second).
+    pub model_capacity_rps: f64,
+    /// What the engine sustained at the knee and the level below it ÷ what the model
+    /// sustains there.
+    pub speed: f64,
+    /// The predicted capacity, the model's × the speed (requests per second): the first two
+    /// rates sit just below and just above it.
+    pub predicted_rps: f64,
+    /// The fixed-fraction grid's rates the prediction replaced (requests per second).
+    pub replaced_grid: Vec<f64>,
+    /// What that grid's rates would have held at the least: their planned schedules, every
+    /// repeat, on every GPU under test, drain not counted (GPU-minutes).
+    pub replaced_grid_gpu_minutes: f64,
+    /// What this mode's rate points held (GPU-minutes).
+    pub rate_points_gpu_minutes: f64,
 }
 
 /// Where a capacity lies.

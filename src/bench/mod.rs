@@ -231,8 +231,14 @@ pub async fn run_bench(
         });
         let mut mode = runner.finish_mode(cache, saturation, mode_points, &mut warnings)?;
         mode.prediction = decision.prediction;
-        mode.plain_grid =
-            (!decision.replaced_grid.is_empty()).then(|| runner.plain_grid(decision.replaced_grid));
+        mode.plain_grid = (!decision.replaced_grid.is_empty()).then(|| {
+            PlainGrid::planned(
+                decision.replaced_grid,
+                manifest,
+                spec.repeats,
+                runner.gpus(),
+            )
+        });
         mode.bracket = decision.bracket;
         mode.refinements = decision.refinements;
         modes.push(mode);
@@ -526,10 +532,7 @@ impl Runner<'_> {
             concurrency,
             dir,
             throughput_rps: r.request_throughput_rps,
-            engine_rps: summary
-                .littles_law
-                .filter(|l| l.mean_e2e_s > 0.0)
-                .map(|l| f64::from(concurrency) / l.mean_e2e_s),
+            engine_rps: summary.engine_rps(),
             output_tps: r.output_throughput_tps,
             weakest_attainment: r.weakest_attainment(),
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
@@ -548,27 +551,6 @@ impl Runner<'_> {
     fn gpus(&self) -> u32 {
         let facts = &self.target.facts;
         facts.replicas.max(1) * facts.gpus_per_replica.max(1)
-    }
-
-    /// The plain grid's `rates` at their planned schedules, every repeat.
-    fn plain_grid(&self, rates: Vec<f64>) -> PlainGrid {
-        let c = &self.manifest.client;
-        let one = |&rate: &f64| {
-            Cost::planned(
-                rate,
-                c.initial_scheduled_requests,
-                c.minimum_duration_seconds,
-                self.gpus(),
-            )
-        };
-        let costs: Vec<Cost> = rates
-            .iter()
-            .flat_map(|r| std::iter::repeat_n(one(r), self.spec.repeats.max(1) as usize))
-            .collect();
-        PlainGrid {
-            rates,
-            cost: Cost::sum(&costs),
-        }
     }
 
     /// One open-loop point (one repeat).
@@ -809,18 +791,7 @@ async fn start_target(
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();
-    let mut setup = crate::sim::setup::preset(&sim.preset).ok_or_else(|| {
-        BenchError::Spec(format!(
-            "spec.target.simulated.preset: unknown preset `{}` (see `goodput simulate --list-presets`)",
-            sim.preset
-        ))
-    })?;
-    if !sim.overrides.is_empty() {
-        let yaml = serde_json::to_string(&sim.overrides)
-            .map_err(|e| BenchError::Spec(format!("spec.target.simulated.overrides: {e}")))?;
-        setup = crate::sim::setup::apply_yaml_overrides(&setup, &yaml)
-            .map_err(|e| BenchError::Spec(format!("spec.target.simulated.overrides: {e}")))?;
-    }
+    let setup = sim.setup().map_err(BenchError::Spec)?;
     if let TimeScale::Fixed(k) = sim.time_scale
         && !(k.is_finite() && k > 0.0)
     {

@@ -141,6 +141,35 @@ pub struct PlainGrid {
     pub cost: Cost,
 }
 
+impl PlainGrid {
+    /// The grid of `rates` at the manifest's planned schedules, every one of `repeats`, on
+    /// `gpus` accelerators.
+    pub fn planned(
+        rates: Vec<f64>,
+        manifest: &crate::workload::WorkloadManifest,
+        repeats: u32,
+        gpus: u32,
+    ) -> PlainGrid {
+        let c = &manifest.client;
+        let costs: Vec<Cost> = rates
+            .iter()
+            .flat_map(|&rate| {
+                let one = Cost::planned(
+                    rate,
+                    c.initial_scheduled_requests,
+                    c.minimum_duration_seconds,
+                    gpus,
+                );
+                std::iter::repeat_n(one, repeats.max(1) as usize)
+            })
+            .collect();
+        PlainGrid {
+            rates,
+            cost: Cost::sum(&costs),
+        }
+    }
+}
+
 impl ModeResult {
     /// What this mode's open-loop rate points cost (the saturation sweep left out).
     pub fn rate_points_cost(&self) -> Cost {

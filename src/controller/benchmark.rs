@@ -29,10 +29,12 @@ use crate::analysis::PointReport;
 use crate::api::conditions::{self, Status as Cond, reason as reasons};
 use crate::api::{
     CapacityBenchmark, CapacityBenchmarkSpec, CapacityBenchmarkStatus, CurrentPoint, ModeCapacity,
-    Phase, ResolvedIdentity,
+    Phase, Placement, ResolvedIdentity,
 };
 use crate::bench::driver::{self, PointKey, Step, SweepPlan, TestedDeployment};
+use crate::bench::model::ModelPrior;
 use crate::bench::point_job::PointJob;
+use crate::bench::result::PlainGrid;
 use crate::engine_metrics::identify::{check_metrics, identify};
 use crate::loadgen::handoff::{MergedPoint, ShardResult, merge_shards};
 use crate::workload::WorkloadManifest;
@@ -237,7 +239,7 @@ impl Run<'_> {
     async fn step(&mut self) -> Result<Action, Blocked> {
         let manifest = self.validate().await?;
         let spec = &self.cb.spec;
-        let plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+        let mut plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
         if self.status.phase == Some(Phase::Succeeded) {
             self.teardown_simulated().await.map_err(api_blocked)?;
             return Ok(Action::await_change());
@@ -307,6 +309,7 @@ impl Run<'_> {
                 retry: Retry::After(Duration::from_secs(10)),
             });
         }
+        plan.model = self.model_priors(&plan, &manifest).await?;
         let recorded = points::recorded(&self.status.points);
         match driver::next_step(&plan, &recorded) {
             Step::Run(key) => {
@@ -337,6 +340,33 @@ impl Run<'_> {
                 Ok(Action::await_change())
             }
         }
+    }
+
+    /// The engine model of a simulated target, which places the first rates once the knee
+    /// calibrates it, as in `goodput bench`; empty for a real target or fixed rates (the
+    /// grid stays).
+    async fn model_priors(
+        &self,
+        plan: &SweepPlan,
+        manifest: &WorkloadManifest,
+    ) -> Result<Vec<ModelPrior>, Blocked> {
+        let target = &self.cb.spec.target;
+        if !target.is_simulated() || !matches!(plan.rates, driver::RateSource::Knee { .. }) {
+            return Ok(Vec::new());
+        }
+        let sim = target.simulated.clone().unwrap_or_default();
+        let (spec, manifest) = (self.cb.spec.clone(), manifest.clone());
+        let uid = self.cb.uid().unwrap_or_default();
+        let priors = self
+            .ctx
+            .model_priors(&uid, self.generation, move || {
+                let setup = sim.setup()?;
+                crate::bench::model::model_priors(&spec, &manifest, &setup, sim.replicas.max(1))
+                    .map_err(|e| format!("the engine model of the simulated target: {e}"))
+            })
+            .await
+            .map_err(invalid)?;
+        Ok(priors.as_ref().clone())
     }
 
     /// Resolves the manifest and validates the benchmark with the same checks as
@@ -819,7 +849,7 @@ impl Run<'_> {
         )
         .await
         .map_err(Error::apply("ConfigMap", &point_map))?;
-        Ok(Collected::finished(points::finished_point(
+        let mut point = points::finished_point(
             key,
             merged.report(),
             merged.summary.validity.valid,
@@ -827,7 +857,9 @@ impl Run<'_> {
             manifest,
             point_map,
             Some(points::Held::of(&merged.summary.client)),
-        )))
+        );
+        point.engine_rps = merged.summary.engine_rps();
+        Ok(Collected::finished(point))
     }
 
     /// The results of a completed Job's shards and their merge, or why there are none.
@@ -956,6 +988,7 @@ impl Run<'_> {
             replicas: target.replicas,
             gpus_per_replica: driver::gpus_per_replica(spec, manifest),
         };
+        let gpus = tested.replicas.max(1) * tested.gpus_per_replica.max(1);
         let mut modes = Vec::new();
         let mut plans = Vec::new();
         for &cache in &plan.cache_modes {
@@ -994,19 +1027,49 @@ impl Run<'_> {
             )
             .map_err(|e| Error::Result(format!("spec.peak: {e}")))?;
             let decision = driver::decide_mode(plan, cache, &points::recorded(&self.status.points));
+            let placement = decision.prediction.map(|p| {
+                let grid = PlainGrid::planned(
+                    decision.replaced_grid.clone(),
+                    manifest,
+                    spec.repeats,
+                    gpus,
+                );
+                let rate_points: Vec<_> = self
+                    .status
+                    .points
+                    .iter()
+                    .filter(|p| p.cache == cache && p.kind == crate::api::PointKind::Rate)
+                    .cloned()
+                    .collect();
+                Placement {
+                    model_capacity_rps: p.model_capacity_rps,
+                    speed: p.speed,
+                    predicted_rps: p.predicted_rps,
+                    replaced_grid: grid.rates,
+                    replaced_grid_gpu_minutes: grid.cost.gpu_minutes,
+                    rate_points_gpu_minutes: points::cost(&rate_points, gpus).gpu_minutes,
+                }
+            });
             modes.push(ModeCapacity {
                 cache,
                 capacity_rps: conclusion.capacity_rps,
                 capacity_per_replica_rps: conclusion.capacity_per_replica_rps,
                 bracket: decision.bracket,
                 refinements: decision.refinements,
+                placement,
             });
             plans.push((cache, conclusion.plan));
         }
-        let gpus = tested.replicas.max(1) * tested.gpus_per_replica.max(1);
         self.status.cost = Some(points::cost(&self.status.points, gpus));
         self.status.early_stop_saved_gpu_minutes =
             points::early_stop_saved_gpu_minutes(&self.status.points, gpus);
+        let placed: Vec<&Placement> = modes.iter().filter_map(|m| m.placement.as_ref()).collect();
+        self.status.placement_saved_gpu_minutes = (!placed.is_empty()).then(|| {
+            placed
+                .iter()
+                .map(|p| p.replaced_grid_gpu_minutes - p.rate_points_gpu_minutes)
+                .sum()
+        });
         let capacities: Vec<_> = modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
         let chosen = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
         let mode = chosen.and_then(|c| modes.iter().find(|m| m.cache == c));

@@ -40,6 +40,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::api::{CapacityBenchmark, Phase, ServingPlan};
+use crate::bench::model::ModelPrior;
 
 /// The field manager of every write, and the Events' reporting controller.
 pub const FIELD_MANAGER: &str = "goodput-operator";
@@ -92,7 +93,13 @@ pub struct Context {
     /// Taken by a plan while it talks to its forge: pull request writes are serialised,
     /// as the forges' secondary rate limits ask.
     pub gitops: tokio::sync::Mutex<()>,
+    /// The engine model's expectations of each simulated target, per benchmark uid, for
+    /// the generation they were computed at (see [`Context::model_priors`]).
+    model_priors: Mutex<HashMap<String, KeptPriors>>,
 }
+
+/// A benchmark's engine-model priors and the generation they were computed for.
+type KeptPriors = (i64, Arc<Vec<ModelPrior>>);
 
 /// Why a reconcile failed. Each variant names the call that failed and keeps its source.
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +191,38 @@ impl Context {
             warn!(error = %e, object = %object.meta().name.as_deref().unwrap_or_default(),
                 "Failed to publish an Event");
         }
+    }
+
+    /// The engine model's expectations of benchmark `uid`'s simulated target at
+    /// `generation`: `compute`d once, off the runtime's threads (it simulates every
+    /// saturation level and bisects the capacity: seconds of CPU), and kept for the
+    /// reconciles that replay the driver until the spec changes.
+    pub async fn model_priors(
+        &self,
+        uid: &str,
+        generation: i64,
+        compute: impl FnOnce() -> Result<Vec<ModelPrior>, String> + Send + 'static,
+    ) -> Result<Arc<Vec<ModelPrior>>, String> {
+        let kept = |this: &Self| {
+            let priors = this.model_priors.lock().unwrap_or_else(|p| p.into_inner());
+            priors
+                .get(uid)
+                .filter(|(g, _)| *g == generation)
+                .map(|(_, p)| p.clone())
+        };
+        if let Some(priors) = kept(self) {
+            return Ok(priors);
+        }
+        let priors = Arc::new(
+            tokio::task::spawn_blocking(compute)
+                .await
+                .map_err(|e| format!("the engine model stopped: {e}"))??,
+        );
+        self.model_priors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned(), (generation, priors.clone()));
+        Ok(priors)
     }
 
     /// The next delay of an object that keeps failing: 5 s doubling to 5 min.
@@ -326,6 +365,7 @@ pub async fn run(
         failures: Mutex::default(),
         metrics,
         gitops: tokio::sync::Mutex::default(),
+        model_priors: Mutex::default(),
     });
     // A cluster with only the CapacityBenchmark CRD still benchmarks; plans need theirs.
     let plan_kind = kube::api::GroupVersionKind::gvk(crate::api::GROUP, "v1alpha1", "ServingPlan");

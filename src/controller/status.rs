@@ -89,6 +89,7 @@ pub fn finished_point(
         busy_seconds: held.map(|h| h.busy_seconds),
         requests_sent: held.map(|h| h.requests_sent),
         unsent_seconds: held.and_then(|h| h.unsent_seconds),
+        engine_rps: None,
     }
 }
 
@@ -117,6 +118,7 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
         busy_seconds: None,
         requests_sent: None,
         unsent_seconds: None,
+        engine_rps: None,
     }
 }
 
@@ -190,7 +192,7 @@ pub fn recorded(points: &[FinishedPoint]) -> Vec<Recorded> {
                 PointKey::Saturation { .. } => Outcome::Saturation {
                     throughput_rps: p.achieved_rps,
                     slos_met: p.slos_met,
-                    engine_rps: None,
+                    engine_rps: p.engine_rps,
                 },
                 PointKey::Rate { .. } => Outcome::Rate {
                     passed: p.valid && p.verdict == FinishedPoint::PASS,

@@ -214,6 +214,21 @@ pub struct PointSummaryFile {
     pub littles_law: Option<LittlesLaw>,
 }
 
+impl PointSummaryFile {
+    /// What the engine sustained in a closed loop: by Little's law, its concurrency ÷ the
+    /// mean end-to-end latency of its measured requests (the client's turnaround between
+    /// one response and the next send left out); `None` for an open-loop point or when
+    /// nothing completed.
+    pub fn engine_rps(&self) -> Option<f64> {
+        let LoadMode::Concurrency { concurrency, .. } = self.mode else {
+            return None;
+        };
+        self.littles_law
+            .filter(|l| l.mean_e2e_s > 0.0)
+            .map(|l| concurrency as f64 / l.mean_e2e_s)
+    }
+}
+
 /// Schedule facts recorded with the point.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleFacts {

@@ -416,6 +416,7 @@ mod tests {
             busy_seconds: None,
             unsent_seconds: None,
             requests_sent: None,
+            engine_rps: None,
         }
     }
 

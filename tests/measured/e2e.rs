@@ -28,6 +28,15 @@ async fn e2e_a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_fin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_saturation_sweep_places_the_rates_with_the_engine_model() {
+    let _machine = MACHINE.whole().await;
+    let Some(env) = Env::real_cluster("placed").await else {
+        return;
+    };
+    scenarios::a_saturation_sweep_places_the_rates_with_the_engine_model(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_restarted_operator_loses_and_repeats_no_point() {
     let _machine = MACHINE.whole().await;
     let Some(env) = Env::real_cluster("restart").await else {

@@ -27,6 +27,13 @@ async fn a_simulated_benchmark_runs_as_jobs_and_finds_the_capacity_bench_finds()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturation_sweep_places_the_rates_with_the_engine_model() {
+    let _machine = MACHINE.whole().await;
+    let env = Env::test_cluster().await;
+    scenarios::a_saturation_sweep_places_the_rates_with_the_engine_model(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_loses_and_repeats_no_point() {
     let _machine = MACHINE.whole().await;
     let env = Env::test_cluster().await;

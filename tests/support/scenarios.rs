@@ -127,6 +127,71 @@ pub async fn a_simulated_benchmark_finds_the_capacity_bench_finds(env: &Env) {
     );
 }
 
+/// A simulated benchmark with a saturation sweep: the operator calibrates the engine model
+/// at the knee, as `goodput bench` does, places the first two rates around its prediction
+/// and says in status what the prediction was and what it saved against the grid it
+/// replaced.
+pub async fn a_saturation_sweep_places_the_rates_with_the_engine_model(env: &Env) {
+    let _operator = env.operator();
+    let yaml = benchmark_yaml("placed", "6, 24").replace(
+        "    rateSweep: {rates: [6, 24], maxRefinements: 0}",
+        "    saturation: {concurrency: [4, 8, 16], durationSeconds: 10}
+    rateSweep: {points: 5, lowFraction: 0.6, highFraction: 1.2}",
+    );
+    assert!(yaml.contains("saturation:"), "{yaml}");
+    env.create(&yaml).await;
+    let cb = env
+        .wait_for("placed", Duration::from_secs(300), "Succeeded", |cb| {
+            phase(cb) == Some(Phase::Succeeded)
+        })
+        .await;
+    let status = cb.status.clone().expect("status");
+    // Every saturation level recorded what the engine sustained, the calibration's input.
+    let levels: Vec<_> = status
+        .points
+        .iter()
+        .filter(|p| p.kind == goodput::api::PointKind::Saturation)
+        .collect();
+    assert_eq!(levels.len(), 3, "{:#?}", status.points);
+    assert!(
+        levels.iter().all(|p| p.engine_rps.is_some_and(|r| r > 0.0)),
+        "{levels:#?}"
+    );
+    let mode = &status.modes[0];
+    let placement = mode.placement.clone().expect("the model placed the rates");
+    let rates: Vec<f64> = status.points.iter().filter_map(|p| p.offered_rps).collect();
+    assert_eq!(
+        rates[..2],
+        goodput::bench::sweep::placed_rates(placement.predicted_rps, 0.05),
+        "{:#?}",
+        status.points
+    );
+    let capacity = status.capacity_rps.expect("a rate passes");
+    eprintln!(
+        "placement {placement:?}, rates {rates:?}, capacity {capacity}, bracket {:?}, saved {:?}",
+        mode.bracket, status.placement_saved_gpu_minutes
+    );
+    assert!(
+        (capacity - placement.predicted_rps).abs() <= 0.10 * placement.predicted_rps,
+        "predicted {placement:?}, measured {capacity}"
+    );
+    let bracket = mode.bracket.expect("a fail above a pass");
+    assert!(bracket.width() <= 0.05 + 1e-9, "{bracket:?}");
+    assert_eq!(placement.replaced_grid.len(), 5);
+    assert_eq!(
+        status.placement_saved_gpu_minutes,
+        Some(placement.replaced_grid_gpu_minutes - placement.rate_points_gpu_minutes),
+        "{status:#?}"
+    );
+    // The same model as `goodput bench` on the same YAML: its uncalibrated capacity is
+    // the same bisection of the same seeded schedule.
+    let local = bench(&yaml, env.dir.path());
+    let model = local["modes"][0]["prediction"]["model_capacity_rps"]
+        .as_f64()
+        .expect("bench placed its rates too");
+    assert_eq!(model, placement.model_capacity_rps);
+}
+
 /// An operator killed after the first point is replaced; the benchmark finishes with every
 /// point once.
 pub async fn a_restarted_operator_loses_and_repeats_no_point(env: &Env) {

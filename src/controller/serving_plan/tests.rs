@@ -41,6 +41,7 @@ fn point(rate: f64, verdict: &str) -> FinishedPoint {
         busy_seconds: None,
         unsent_seconds: None,
         requests_sent: None,
+        engine_rps: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn benchmark() -> CapacityBenchmark {
             capacity_per_replica_rps: Some(6.0),
             bracket: None,
             refinements: Vec::new(),
+            placement: None,
         }],
         capacity_rps: Some(24.0),
         pack: Some("pvc/results/qwen/g1/".into()),
@@ -203,6 +205,7 @@ fn finished(points: Vec<FinishedPoint>, capacity: Option<f64>) -> CapacityBenchm
             capacity_per_replica_rps: None,
             bracket: None,
             refinements: Vec::new(),
+            placement: None,
         }],
         ..Default::default()
     }
