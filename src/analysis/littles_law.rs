@@ -24,6 +24,13 @@ pub struct LittlesLaw {
     pub flagged: bool,
 }
 
+/// The rate a closed loop of `concurrency` requests in flight sustains when each spends
+/// `mean_e2e_s` seconds in the system (Little's law solved for the rate); `None` without a
+/// positive latency.
+pub fn sustained_rps(concurrency: f64, mean_e2e_s: f64) -> Option<f64> {
+    (mean_e2e_s > 0.0).then(|| concurrency / mean_e2e_s)
+}
+
 /// The check for a window; `None` when nothing completed.
 pub fn littles_law(
     mean_in_flight: f64,

@@ -349,21 +349,20 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                 }
             }
         }
-        let knee = levels
+        // The levels that met the SLOs, by concurrency: the knee is the highest.
+        let mut met: Vec<_> = levels
             .iter()
             .filter(|l| l.2 && l.1 > 0.0)
-            .max_by_key(|l| l.0)
-            .copied();
+            .copied()
+            .collect();
+        met.sort_by_key(|l| l.0);
+        let knee = met.last().copied();
         decision.knee = knee.map(|k| k.0);
         let prior = plan.model.iter().find(|p| p.cache == cache);
         decision.prediction = knee.zip(prior).and_then(|(k, prior)| {
             // The knee and the highest level below it that met the SLOs: the two closest to
             // where the engine runs at capacity, pooled against one level's noise.
-            let below = levels
-                .iter()
-                .filter(|l| l.2 && l.1 > 0.0 && l.0 < k.0)
-                .max_by_key(|l| l.0)
-                .copied();
+            let below = met.iter().rev().nth(1).copied();
             let model_at = |c: u32| prior.saturation_rps.iter().find(|l| l.0 == c).map(|l| l.1);
             let below = below.and_then(|b| Some((b, model_at(b.0)?)));
             let (mut engine, mut model) = (k.3, model_at(k.0)?);

@@ -1034,20 +1034,18 @@ impl Run<'_> {
                     spec.repeats,
                     gpus,
                 );
-                let rate_points: Vec<_> = self
+                let rate_points = self
                     .status
                     .points
                     .iter()
-                    .filter(|p| p.cache == cache && p.kind == crate::api::PointKind::Rate)
-                    .cloned()
-                    .collect();
+                    .filter(|p| p.cache == cache && p.kind == crate::api::PointKind::Rate);
                 Placement {
                     model_capacity_rps: p.model_capacity_rps,
                     speed: p.speed,
                     predicted_rps: p.predicted_rps,
                     replaced_grid: grid.rates,
                     replaced_grid_gpu_minutes: grid.cost.gpu_minutes,
-                    rate_points_gpu_minutes: points::cost(&rate_points, gpus).gpu_minutes,
+                    rate_points_gpu_minutes: points::cost(rate_points, gpus).gpu_minutes,
                 }
             });
             modes.push(ModeCapacity {
@@ -1063,13 +1061,11 @@ impl Run<'_> {
         self.status.cost = Some(points::cost(&self.status.points, gpus));
         self.status.early_stop_saved_gpu_minutes =
             points::early_stop_saved_gpu_minutes(&self.status.points, gpus);
-        let placed: Vec<&Placement> = modes.iter().filter_map(|m| m.placement.as_ref()).collect();
-        self.status.placement_saved_gpu_minutes = (!placed.is_empty()).then(|| {
-            placed
-                .iter()
-                .map(|p| p.replaced_grid_gpu_minutes - p.rate_points_gpu_minutes)
-                .sum()
-        });
+        self.status.placement_saved_gpu_minutes =
+            crate::planning::cost::placement_saved_gpu_minutes(modes.iter().filter_map(|m| {
+                let p = m.placement.as_ref()?;
+                Some((p.replaced_grid_gpu_minutes, p.rate_points_gpu_minutes))
+            }));
         let capacities: Vec<_> = modes.iter().map(|m| (m.cache, m.capacity_rps)).collect();
         let chosen = driver::plan_cache_mode(spec.peak.as_ref(), &capacities);
         let mode = chosen.and_then(|c| modes.iter().find(|m| m.cache == c));

@@ -203,14 +203,14 @@ impl Context {
         generation: i64,
         compute: impl FnOnce() -> Result<Vec<ModelPrior>, String> + Send + 'static,
     ) -> Result<Arc<Vec<ModelPrior>>, String> {
-        let kept = |this: &Self| {
-            let priors = this.model_priors.lock().unwrap_or_else(|p| p.into_inner());
-            priors
-                .get(uid)
-                .filter(|(g, _)| *g == generation)
-                .map(|(_, p)| p.clone())
-        };
-        if let Some(priors) = kept(self) {
+        let kept = self
+            .model_priors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, p)| p.clone());
+        if let Some(priors) = kept {
             return Ok(priors);
         }
         let priors = Arc::new(

@@ -124,9 +124,12 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
 
 /// What the finished points cost on `gpus` accelerators (replicas × GPUs per replica);
 /// points without a result count nothing.
-pub fn cost(points: &[FinishedPoint], gpus: u32) -> crate::planning::cost::Cost {
+pub fn cost<'a>(
+    points: impl IntoIterator<Item = &'a FinishedPoint>,
+    gpus: u32,
+) -> crate::planning::cost::Cost {
     let each: Vec<_> = points
-        .iter()
+        .into_iter()
         .filter_map(|p| {
             Some(crate::planning::cost::Cost::of(
                 p.busy_seconds?,

@@ -224,8 +224,7 @@ impl PointSummaryFile {
             return None;
         };
         self.littles_law
-            .filter(|l| l.mean_e2e_s > 0.0)
-            .map(|l| concurrency as f64 / l.mean_e2e_s)
+            .and_then(|l| crate::analysis::sustained_rps(concurrency as f64, l.mean_e2e_s))
     }
 }
 

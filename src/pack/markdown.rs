@@ -703,15 +703,10 @@ fn cost_section(result: &BenchResult) -> String {
 /// What the model's placement saved against the plain grid (GPU-minutes; negative when
 /// it spent more), summed over the modes it placed; `None` when it placed none.
 pub(super) fn placement_savings(result: &BenchResult) -> Option<f64> {
-    let saved: Vec<f64> = result
-        .modes
-        .iter()
-        .filter_map(|m| {
-            let grid = m.plain_grid.as_ref()?;
-            Some(grid.cost.gpu_minutes - m.rate_points_cost().gpu_minutes)
-        })
-        .collect();
-    (!saved.is_empty()).then(|| saved.iter().sum())
+    crate::planning::cost::placement_saved_gpu_minutes(result.modes.iter().filter_map(|m| {
+        let grid = m.plain_grid.as_ref()?;
+        Some((grid.cost.gpu_minutes, m.rate_points_cost().gpu_minutes))
+    }))
 }
 
 /// "about X GPU-minutes saved", or "X GPU-minutes more" when placement cost more.

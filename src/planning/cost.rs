@@ -51,6 +51,16 @@ impl Cost {
     }
 }
 
+/// What model placement saved, over the modes it placed, each given as the GPU-minutes of
+/// the grid it replaced and those its rate points held: the sum of the differences
+/// (negative when placement spent more); `None` when it placed no mode.
+pub fn placement_saved_gpu_minutes(modes: impl IntoIterator<Item = (f64, f64)>) -> Option<f64> {
+    modes
+        .into_iter()
+        .map(|(grid, held)| grid - held)
+        .reduce(|a, b| a + b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +85,15 @@ mod tests {
         assert_eq!((c.real_time_seconds, c.requests_sent), (150.0, 3000));
         assert_eq!(c.gpu_minutes, 5.0);
         assert_eq!(Cost::planned(0.0, 1000, 120.0, 2), Cost::default());
+    }
+
+    #[test]
+    fn placement_saves_the_grid_less_what_it_held_summed_over_the_modes_it_placed() {
+        assert_eq!(placement_saved_gpu_minutes([]), None);
+        // 56 − 39.5 saved in one mode, 2 spent more in the other.
+        assert_eq!(
+            placement_saved_gpu_minutes([(56.0, 39.5), (20.0, 22.0)]),
+            Some(14.5)
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The engine model for a fleet of replicas behind a round-robin router (the simulated
-//! engine's default, and a Kubernetes Service's): open-loop points, closed-loop throughput
-//! and the capacity the per-class gate finds. A benchmark places its first rates with it.
+//! engine's default, and a Kubernetes Service's): open-loop points, the closed-loop rate as
+//! a live saturation level measures it, and the capacity the per-class gate finds. A benchmark places its first rates with it.
 
 use std::collections::HashMap;
 
@@ -99,11 +99,8 @@ pub fn fleet_closed_loop_rps(
         count += c;
         e2e_sum += sum;
     }
-    Ok(if count > 0 && e2e_sum > 0.0 {
-        f64::from(concurrency) * count as f64 / e2e_sum
-    } else {
-        0.0
-    })
+    let mean_e2e_s = e2e_sum / count.max(1) as f64;
+    Ok(crate::analysis::sustained_rps(f64::from(concurrency), mean_e2e_s).unwrap_or(0.0))
 }
 
 /// One replica's closed loop (see [`fleet_closed_loop_rps`]): the count and the summed
