@@ -178,6 +178,7 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
                 queue_trend: Some(if pass { "flat" } else { "growing" }.into()),
                 slos_met: pass,
                 valid: true,
+                client_behind: false,
                 verdict: if pass {
                     FinishedPoint::PASS
                 } else {
@@ -204,6 +205,8 @@ fn finished_status(i: usize, cb: &CapacityBenchmark) -> CapacityBenchmarkStatus 
             bracket: None,
             refinements: Vec::new(),
             placement: None,
+            client_limit_rps: None,
+            loadgen_starved: false,
         })
         .collect();
     let capacity_rps = modes[0].capacity_rps;

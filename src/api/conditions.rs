@@ -52,6 +52,9 @@ pub mod reason {
     pub const SPEC_CHANGED: &str = "SpecChanged";
     /// Every point ran, yet no offered rate passed the gate: no capacity.
     pub const NO_PASSING_RATE: &str = "NoPassingRate";
+    /// The load generator could not keep its schedule at the lowest rate tried: the
+    /// benchmark measured its client, not the target.
+    pub const LOADGEN_STARVED: &str = "LoadGeneratorStarved";
     /// A failure test of `spec.failureTest` is running.
     pub const FAILURE_TEST: &str = "FailureTest";
     /// A failure test's fault went in: the pod deleted (an Event).

@@ -739,7 +739,10 @@ impl Lint {
                     format!(
                         "{tokens} tokens reach the input length of class {}: the prefix is \
                          capped one token below the prompt, so those warm prompts repeat all \
-                         but their last token; use fewer tokens than every class's input_tokens",
+                         but their last token; use fewer tokens than every class's \
+                         input_tokens, and at least one of the engine's cache blocks (a \
+                         prefix cache serves whole blocks: vLLM's are 16 tokens on GPUs and \
+                         128 on its CPU build), or the class never hits",
                         short.join(", ")
                     ),
                 );

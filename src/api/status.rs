@@ -187,6 +187,10 @@ pub struct FinishedPoint {
     /// cache state was what it claims.
     #[serde(default)]
     pub valid: bool,
+    /// The point is not evidence because the load generator fell behind its schedule
+    /// (it says nothing about the target; the sweep never moves on it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client_behind: bool,
     /// `pass`, `fail`, `exploratory` (a saturation point: never a capacity) or `invalid`.
     #[serde(default)]
     pub verdict: String,
@@ -304,6 +308,14 @@ pub struct ModeCapacity {
     /// sweep); absent when the fixed-fraction grid ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// The lowest offered rate (requests per second) whose schedule the load generator
+    /// could not keep: no rate at or above it ran again; absent when it kept every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_limit_rps: Option<f64>,
+    /// The load generator fell behind at the lowest rate tried: nothing measured the
+    /// target in this cache mode (see the points' reasons for its lag and start delay).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub loadgen_starved: bool,
 }
 
 /// The engine model's prediction for one cache mode and what it saved.

@@ -305,7 +305,13 @@ pub async fn probe(
     let spec = |index: u64, input: u32, output: u32| RequestSpec {
         model: model.to_owned(),
         api: Api::Completions,
-        prompt: Prompt::Tokens(prompt_tokens(nonce, index, input, None)),
+        prompt: Prompt::Tokens(prompt_tokens(
+            crate::loadgen::prompt::TokenRange::DEFAULT,
+            nonce,
+            index,
+            input,
+            None,
+        )),
         max_tokens: output,
         min_tokens: None,
         ignore_eos: true,

@@ -231,10 +231,37 @@ pub enum Outcome {
         slos_met: bool,
     },
     /// An open-loop point.
-    Rate {
-        /// Whether the point is evidence and passed the gate ([`rate_passed`]).
-        passed: bool,
-    },
+    Rate(RateOutcome),
+}
+
+/// What an open-loop point says about the target ([`rate_outcome`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateOutcome {
+    /// Evidence, and the gate passed it.
+    Passed,
+    /// Evidence, and the gate failed it.
+    Failed,
+    /// The load generator could not keep its schedule: the point says nothing about the
+    /// target, so the sweep never moves on it (no bracket rests on it, no lower rate is
+    /// tried because of it, no higher rate is tried at all).
+    ClientBehind,
+    /// Not evidence for another reason (engine pages unanswered, the run stopped, the
+    /// Job failed): left out of the bracket like a point never run.
+    NotEvidence,
+}
+
+impl RateOutcome {
+    /// Several repeats of one rate as one: a valid failure decides; else a client that fell
+    /// behind in any repeat; else any other invalid repeat; else passed.
+    fn combine(self, other: RateOutcome) -> RateOutcome {
+        use RateOutcome::*;
+        match (self, other) {
+            (Failed, _) | (_, Failed) => Failed,
+            (ClientBehind, _) | (_, ClientBehind) => ClientBehind,
+            (NotEvidence, _) | (_, NotEvidence) => NotEvidence,
+            (Passed, Passed) => Passed,
+        }
+    }
 }
 
 /// A finished point as the driver sees it.
@@ -246,20 +273,36 @@ pub struct Recorded {
     pub outcome: Outcome,
 }
 
-/// Whether a closed-loop level met every class's SLOs (the knee's test). Not a gate: a
-/// closed loop self-throttles, so a level is a candidate, never a capacity.
-pub fn slos_met(report: &PointReport, attainment_min: f64) -> bool {
+/// Whether a closed-loop level met every class's SLOs (the knee's test): every class at
+/// the required attainment and the error rate within the gate's limit (attainment counts
+/// only the requests that succeeded, so a level that lost a third of its requests would
+/// otherwise look healthy). Not a gate: a closed loop self-throttles, so a level is a
+/// candidate, never a capacity.
+pub fn slos_met(report: &PointReport, gate: &GateConfig) -> bool {
     !report.classes.is_empty()
+        && report.error_rate.is_some_and(|e| e <= gate.error_rate_max)
         && report
             .classes
             .values()
-            .all(|c| c.attainment.is_some_and(|a| a >= attainment_min))
+            .all(|c| c.attainment.is_some_and(|a| a >= gate.attainment_min))
 }
 
-/// Whether an open-loop point counts as passing: it is evidence (the client kept to its
-/// schedule) and the planning core's assessment passed it.
-pub fn rate_passed(valid: bool, assessment: &crate::planning::PointAssessment) -> bool {
-    valid && assessment.verdict == crate::analysis::Verdict::Pass
+/// What an open-loop point counts as: not evidence when invalid (`client_behind` when the
+/// load generator fell behind its schedule), else what the planning core's assessment
+/// decided.
+pub fn rate_outcome(
+    valid: bool,
+    client_behind: bool,
+    assessment: &crate::planning::PointAssessment,
+) -> RateOutcome {
+    match (valid, client_behind) {
+        (_, true) => RateOutcome::ClientBehind,
+        (false, false) => RateOutcome::NotEvidence,
+        (true, false) if assessment.verdict == crate::analysis::Verdict::Pass => {
+            RateOutcome::Passed
+        }
+        (true, false) => RateOutcome::Failed,
+    }
 }
 
 /// What to do next.
@@ -301,10 +344,46 @@ pub struct ModeDecision {
     /// The fixed-fraction grid the prediction replaced: the rates the knee's throughput
     /// would have proposed (empty without a prediction).
     pub replaced_grid: Vec<f64>,
+    /// The lowest rate whose load the client could not keep on schedule, once one could
+    /// not: no rate at or above it runs again.
+    pub client_limit: Option<ClientLimit>,
     /// The first point still to run; `None` when the mode is finished.
     pub pending: Option<PointKey>,
     /// What a reviewer should know about how the sweep went.
     pub warnings: Vec<String>,
+}
+
+/// The load generator could not send `rate`'s schedule on time: what the sweep could not
+/// measure, and why the mode stopped where it did.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClientLimit {
+    /// The lowest rate whose point the client fell behind on.
+    pub rate: f64,
+    /// No valid point lies below it: the load generator is starved, and the mode has no
+    /// evidence about the target at all (not "no capacity": nothing was measured).
+    pub starved: bool,
+}
+
+impl ClientLimit {
+    /// What a reviewer reads: the limit, what it means and the remedy.
+    pub fn message(&self, mode: &str) -> String {
+        if self.starved {
+            format!(
+                "{mode}: the load generator is starved: it fell behind its schedule at {} RPS, \
+                the lowest rate tried, so no point measured the target; give the client \
+                its own CPU (pin it apart from the engine), more shards \
+                (spec.loadgen.shards) or a lower time scale",
+                super::rate_label(self.rate)
+            )
+        } else {
+            format!(
+                "{mode}: the load generator fell behind its schedule at {} RPS: no rate at \
+                or above it was tried again, and the capacity rests on the points below; \
+                more client CPU or shards (spec.loadgen.shards) would measure higher",
+                super::rate_label(self.rate)
+            )
+        }
+    }
 }
 
 /// Replays one cache mode's decisions from the records.
@@ -317,6 +396,7 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         bracket: None,
         prediction: None,
         replaced_grid: Vec::new(),
+        client_limit: None,
         pending: None,
         warnings: Vec::new(),
     };
@@ -423,9 +503,15 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
         sweep::MAX_EXTENSIONS
     };
     loop {
+        // The rates that are evidence, with whether they passed; the client's limit so far.
         let mut passed = Vec::with_capacity(decision.rates.len());
+        let mut behind: Option<f64> = None;
         for &rate in &decision.rates {
-            let mut all = true;
+            if behind.is_some_and(|b| rate >= b) {
+                // The client could not drive a lower rate: this one is not tried.
+                continue;
+            }
+            let mut outcome = RateOutcome::Passed;
             for repeat in 0..plan.repeats {
                 let key = PointKey::Rate {
                     cache,
@@ -433,14 +519,34 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                     repeat,
                 };
                 match find(key) {
-                    Some(Outcome::Rate { passed }) => all &= passed,
+                    Some(Outcome::Rate(o)) => outcome = outcome.combine(o),
                     _ => {
                         decision.pending = Some(key);
                         return decision;
                     }
                 }
             }
-            passed.push((rate, all));
+            match outcome {
+                RateOutcome::Passed => passed.push((rate, true)),
+                RateOutcome::Failed => passed.push((rate, false)),
+                RateOutcome::ClientBehind => behind = Some(behind.map_or(rate, |b| b.min(rate))),
+                RateOutcome::NotEvidence => {}
+            }
+        }
+        if let Some(rate) = behind {
+            let limit = ClientLimit {
+                rate,
+                starved: !passed.iter().any(|p| p.0 < rate),
+            };
+            decision.client_limit = Some(limit);
+            if limit.starved {
+                // Nothing below it was measured: a lower rate would say no more about the
+                // target than this one did about the client.
+                decision.warnings.push(limit.message(mode));
+                return decision;
+            }
+            // Only what lies below the limit is evidence the sweep can still use.
+            passed.retain(|p| p.0 < rate);
         }
         let next = match sweep::bracket(&passed) {
             Some(bracket) => {
@@ -487,9 +593,17 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                 None => None,
             },
         };
-        match next {
-            Some(rate) => decision.rates.push(rate),
-            None => return decision,
+        match (next, decision.client_limit) {
+            (Some(rate), Some(limit)) if rate >= limit.rate => {
+                decision.warnings.push(limit.message(mode));
+                return decision;
+            }
+            (Some(rate), _) => decision.rates.push(rate),
+            (None, Some(limit)) => {
+                decision.warnings.push(limit.message(mode));
+                return decision;
+            }
+            (None, None) => return decision,
         }
     }
 }
@@ -622,6 +736,8 @@ mod tests {
         capacity: f64,
         per_slot: f64,
         ceiling: f64,
+        /// Rates at or above this the client cannot drive on schedule.
+        client_limit: f64,
     }
 
     impl Oracle {
@@ -635,9 +751,13 @@ mod tests {
                         engine_rps: None,
                     }
                 }
-                PointKey::Rate { rate, .. } => Outcome::Rate {
-                    passed: rate <= self.capacity,
-                },
+                PointKey::Rate { rate, .. } if rate >= self.client_limit => {
+                    Outcome::Rate(RateOutcome::ClientBehind)
+                }
+                PointKey::Rate { rate, .. } if rate <= self.capacity => {
+                    Outcome::Rate(RateOutcome::Passed)
+                }
+                PointKey::Rate { .. } => Outcome::Rate(RateOutcome::Failed),
             }
         }
     }
@@ -698,6 +818,7 @@ mod tests {
             capacity: 20.0,
             per_slot: 0.75,
             ceiling: 15.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&knee_plan(), oracle, Vec::new());
         let labels: Vec<String> = ran.iter().map(|r| r.key.label()).collect();
@@ -736,6 +857,7 @@ mod tests {
             capacity: 11.0,
             per_slot: 1.0,
             ceiling: 100.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&plan, oracle, Vec::new());
         // Per mode: 4 levels, 3 rates × 2 repeats.
@@ -757,6 +879,7 @@ mod tests {
             capacity: 3.0,
             per_slot: 1.0,
             ceiling: 100.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&plan, oracle, Vec::new());
         let rates: Vec<f64> = ran
@@ -782,6 +905,7 @@ mod tests {
             capacity: 11.0,
             per_slot: 1.0,
             ceiling: 100.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&plan, oracle, Vec::new());
         let d = decide_mode(&plan, CacheMode::Cold, &ran);
@@ -837,6 +961,7 @@ mod tests {
             capacity: 18.3,
             per_slot: 0.75,
             ceiling: 15.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&plan, oracle, Vec::new());
         let d = decide_mode(&plan, CacheMode::Cold, &ran);
@@ -869,6 +994,187 @@ mod tests {
         assert_eq!(d.rates[..5], [7.2, 9.0, 10.8, 12.6, 14.4]);
     }
 
+    fn rates_run(ran: &[Recorded]) -> Vec<f64> {
+        ran.iter()
+            .filter_map(|r| match r.key {
+                PointKey::Rate { rate, .. } => Some(rate),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_client_behind_at_the_lowest_rate_stops_the_mode_as_starved() {
+        // The first contact with a real engine: every point thrown out for client lag, and
+        // the sweep walked down from 8.73 to 1.1 RPS calling them failures.
+        let plan = plan(RateSource::Fixed(vec![8.0, 10.0]), 1, vec![CacheMode::Cold]);
+        let oracle = Oracle {
+            capacity: 9.0,
+            per_slot: 1.0,
+            ceiling: 100.0,
+            client_limit: 0.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        assert_eq!(rates_run(&ran), [8.0], "nothing above or below is tried");
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        assert_eq!(
+            d.client_limit,
+            Some(ClientLimit {
+                rate: 8.0,
+                starved: true
+            })
+        );
+        assert_eq!(d.bracket, None);
+        assert_eq!(d.pending, None);
+        assert!(
+            d.warnings
+                .iter()
+                .any(|w| w.contains("load generator is starved")
+                    && w.contains("pin it apart")
+                    && !w.contains("widen")),
+            "{:?}",
+            d.warnings
+        );
+    }
+
+    #[test]
+    fn a_client_behind_above_the_capacity_caps_the_sweep_without_moving_it() {
+        // Rates 5, 10, 15, 20: the client keeps up to 12 RPS, the target passes to 11.
+        let mut plan = plan(
+            RateSource::Fixed(vec![5.0, 10.0, 15.0, 20.0]),
+            1,
+            vec![CacheMode::Cold],
+        );
+        plan.resolution = 0.05;
+        plan.max_refinements = 4;
+        let oracle = Oracle {
+            capacity: 11.0,
+            per_slot: 1.0,
+            ceiling: 100.0,
+            client_limit: 12.0,
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        let rates = rates_run(&ran);
+        assert!(
+            !rates.contains(&20.0),
+            "20 lies above a rate the client could not drive"
+        );
+        assert!(rates.iter().all(|&r| r <= 15.0), "{rates:?}");
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        assert_eq!(
+            d.client_limit,
+            Some(ClientLimit {
+                rate: 15.0,
+                starved: false
+            })
+        );
+        // Without a failing rate below 15 the sweep cannot bracket: it stops at the limit
+        // rather than try 15 or more again, and says so.
+        assert_eq!(d.bracket, None, "{rates:?}");
+        assert!(
+            d.warnings
+                .iter()
+                .any(|w| w.contains("fell behind its schedule at 15 RPS")),
+            "{:?}",
+            d.warnings
+        );
+        // With the target's capacity under the client's limit, the bracket forms below it
+        // and only valid points are its ends.
+        let oracle = Oracle {
+            capacity: 7.0,
+            ..oracle
+        };
+        let ran = run(&plan, oracle, Vec::new());
+        let d = decide_mode(&plan, CacheMode::Cold, &ran);
+        let b = d.bracket.expect("bracketed below the client's limit");
+        assert!(b.pass <= 7.0 && b.fail > 7.0 && b.fail < 15.0, "{b:?}");
+    }
+
+    #[test]
+    fn a_point_that_is_not_evidence_is_never_a_bracket_end() {
+        let plan = plan(
+            RateSource::Fixed(vec![5.0, 10.0, 15.0]),
+            1,
+            vec![CacheMode::Cold],
+        );
+        let recorded: Vec<Recorded> = plan
+            .saturation
+            .as_ref()
+            .map(|s| s.concurrency.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|concurrency| Recorded {
+                key: PointKey::Saturation {
+                    cache: CacheMode::Cold,
+                    concurrency,
+                },
+                outcome: Outcome::Saturation {
+                    throughput_rps: 1.0,
+                    slos_met: true,
+                    engine_rps: None,
+                },
+            })
+            .chain(
+                [
+                    (5.0, RateOutcome::Passed),
+                    (10.0, RateOutcome::NotEvidence),
+                    (15.0, RateOutcome::Failed),
+                ]
+                .map(|(rate, o)| Recorded {
+                    key: PointKey::Rate {
+                        cache: CacheMode::Cold,
+                        rate,
+                        repeat: 0,
+                    },
+                    outcome: Outcome::Rate(o),
+                }),
+            )
+            .collect();
+        let d = decide_mode(&plan, CacheMode::Cold, &recorded);
+        assert_eq!(
+            d.bracket,
+            Some(sweep::Bracket {
+                pass: 5.0,
+                fail: 15.0
+            })
+        );
+    }
+
+    #[test]
+    fn a_level_that_lost_requests_is_not_the_knee() {
+        // llama.cpp closed its connection after every streamed response: a third of a
+        // closed loop's requests failed on the reused connection, the rest met the SLOs.
+        let gate = GateConfig {
+            classes: vec![crate::analysis::ClassSlo {
+                name: "chat".into(),
+                ttft_cutoff_ms: 500.0,
+                tpot_cutoff_ms: 50.0,
+            }],
+            min_successes_per_class: 1,
+            ..GateConfig::default()
+        };
+        let report = |failed: usize| {
+            let mut csv =
+                String::from("request_id,class,ttft_ms,tpot_ms,e2e_ms,output_tokens,status\n");
+            for i in 0..6 {
+                let status = if i < failed { "connection" } else { "ok" };
+                csv.push_str(&format!("{i},chat,100,10,800,64,{status}\n"));
+            }
+            crate::analysis::analyze_requests(
+                gate.clone(),
+                [(std::path::Path::new("t.csv"), csv.as_bytes())],
+                10.0,
+                crate::analysis::QueueTrend::Flat,
+            )
+            .expect("rows analyse")
+        };
+        assert!(slos_met(&report(0), &gate));
+        assert!(
+            !slos_met(&report(2), &gate),
+            "a third of the requests failed"
+        );
+    }
+
     #[test]
     fn saturation_only_stops_at_the_knee() {
         let mut plan = knee_plan();
@@ -877,6 +1183,7 @@ mod tests {
             capacity: 1.0,
             per_slot: 1.0,
             ceiling: 10.0,
+            client_limit: f64::INFINITY,
         };
         let ran = run(&plan, oracle, Vec::new());
         assert_eq!(ran.len(), 4);
@@ -918,6 +1225,7 @@ mod tests {
             ceiling in 1.0f64..80.0,
             repeats in 1u32..3,
             warm in any::<bool>(),
+            behind in any::<bool>(),
             cut in 0usize..40,
             shuffle_seed in any::<u64>(),
         ) {
@@ -936,7 +1244,8 @@ mod tests {
                     saturation_rps: vec![(4, 4.0 * per_slot), (8, 8.0 * per_slot), (16, 15.0), (32, 20.0)],
                 }];
             }
-            let oracle = Oracle { capacity, per_slot, ceiling };
+            let client_limit = if behind { capacity * 1.1 } else { f64::INFINITY };
+            let oracle = Oracle { capacity, per_slot, ceiling, client_limit };
             let full = run(&plan, oracle, Vec::new());
             let cut = cut.min(full.len());
             let mut kept = full[..cut].to_vec();

@@ -81,8 +81,11 @@ pub const QUEUE_TREND_RULE: &str = "queue trend = least-squares line through the
     waiting-queue gauge (summed over replicas, scraped through the measured window); \
     `growing` when its slope is significantly positive (t > 3 against its standard error) \
     and the fitted line rises by more than max(5 requests, half the mean queue) over the \
-    window, else `flat` (a queue steady at any level is flat); without engine metrics the \
-    client's in-flight count is tested the same way";
+    window, else `flat` (a queue steady at any level is flat); an engine that admits every \
+    request into its running batch keeps its waiting queue empty, so the requests inside \
+    the engine (running plus waiting) are tested the same way and a growth there is \
+    `growing` too; without engine metrics the client's in-flight count is tested the same \
+    way";
 
 /// Options of one run.
 #[derive(Clone, Debug)]
@@ -103,6 +106,8 @@ struct Target {
     calibration: Option<calibration::Calibration>,
     /// The simulated engine's setup (the model it runs); `None` for a URL.
     setup: Option<crate::sim::Setup>,
+    /// What a reviewer should know about how the target was found.
+    notes: Vec<String>,
 }
 
 /// Runs the benchmark, writing each point's folder and `sweep.json` into `options.out`;
@@ -145,6 +150,7 @@ pub async fn run_bench(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
         profile: std::sync::Mutex::new(None),
+        failures: std::sync::Mutex::new(Vec::new()),
     };
     // The driver decides every point; this shell only runs them in-process.
     let mut plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
@@ -158,10 +164,21 @@ pub async fn run_bench(
     let mut levels: Vec<(CacheMode, SaturationLevel)> = Vec::new();
     let mut points: Vec<(CacheMode, PointResult)> = Vec::new();
     let gate = manifest.gate_config();
+    let mut interrupted = None;
     while let Step::Run(key) = driver::next_step(&plan, &recorded) {
+        let stopped = || *runner.stop.borrow();
+        if stopped() {
+            interrupted = Some(format!("before {}", key.label()));
+            break;
+        }
         let outcome = match key {
             PointKey::Saturation { cache, concurrency } => {
                 let level = runner.saturation_level(cache, concurrency).await?;
+                if stopped() {
+                    // A level cut short is no evidence of the knee.
+                    interrupted = Some(format!("during {} ({})", key.label(), level.dir));
+                    break;
+                }
                 let outcome = Outcome::Saturation {
                     throughput_rps: level.throughput_rps,
                     slos_met: level.slos_met,
@@ -176,10 +193,16 @@ pub async fn run_bench(
                 repeat,
             } => {
                 let point = runner.rate_point(key, cache, rate, repeat).await?;
+                if stopped() {
+                    interrupted = Some(format!("during {} ({})", key.label(), point.dir));
+                    break;
+                }
                 let assessment = crate::planning::assess(rate, &point.report, &gate);
-                let outcome = Outcome::Rate {
-                    passed: driver::rate_passed(point.valid, &assessment),
-                };
+                let outcome = Outcome::Rate(driver::rate_outcome(
+                    point.valid,
+                    point.client_behind,
+                    &assessment,
+                ));
                 points.push((cache, point));
                 outcome
             }
@@ -192,8 +215,20 @@ pub async fn run_bench(
         .as_ref()
         .and_then(|c| c.warning())
         .into_iter()
+        .chain(target.notes.iter().cloned())
+        .chain(
+            runner
+                .failures
+                .lock()
+                .map(|f| f.clone())
+                .unwrap_or_default(),
+        )
         .collect();
     for &cache in &plan.cache_modes {
+        if interrupted.is_some() && !recorded.iter().any(|r| r.key.cache() == cache) {
+            // Never reached: nothing to report.
+            continue;
+        }
         let decision = driver::decide_mode(&plan, cache, &recorded);
         warnings.extend(decision.warnings.iter().cloned());
         let saturation = plan.saturation.as_ref().map(|_| {
@@ -240,6 +275,7 @@ pub async fn run_bench(
             )
         });
         mode.bracket = decision.bracket;
+        mode.client_limit = decision.client_limit;
         mode.refinements = decision.refinements;
         modes.push(mode);
     }
@@ -260,7 +296,17 @@ pub async fn run_bench(
     if let (Some(_), None) = (&spec.peak, &plan) {
         warnings.push("no replica plan: no rate passed the gate in the plan's cache mode".into());
     }
+    if let Some(when) = &interrupted {
+        warnings.insert(
+            0,
+            format!(
+                "INCOMPLETE: the run was interrupted {when}; the points after it never ran, \
+                 and no capacity or plan here is the benchmark's result"
+            ),
+        );
+    }
     let failure_tests = match &spec.failure_test {
+        Some(_) if interrupted.is_some() => Vec::new(),
         Some(test) => {
             let cache = plan_cache_mode.or_else(|| modes.first().map(|m| m.cache));
             let capacity = cache
@@ -308,6 +354,7 @@ pub async fn run_bench(
         failure_tests,
         calibration: target.calibration.clone(),
         cost,
+        interrupted,
     };
     write_json(&options.out.join("sweep.json"), &result)?;
     if let Some(engine) = target.fleet {
@@ -328,6 +375,8 @@ struct Runner<'a> {
     nonce: u64,
     /// The engine recognised on the first point whose metrics named one.
     profile: std::sync::Mutex<Option<DetectedProfile>>,
+    /// Points that lost more requests than the gate allows, with the server's words.
+    failures: std::sync::Mutex<Vec<String>>,
 }
 
 impl Runner<'_> {
@@ -428,6 +477,7 @@ impl Runner<'_> {
             plan: conclusion.plan,
             mean_prefix_cache_hit_rate,
             cost,
+            client_limit: None,
         })
     }
 
@@ -537,7 +587,7 @@ impl Runner<'_> {
             weakest_attainment: r.weakest_attainment(),
             p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
             p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
-            slos_met: driver::slos_met(r, self.manifest.acceptance.class_slo_attainment_min),
+            slos_met: driver::slos_met(r, &self.manifest.gate_config()),
             cost: self.cost(&summary),
         })
     }
@@ -586,8 +636,11 @@ impl Runner<'_> {
             dir,
             valid: summary.validity.valid,
             validity_reasons: summary.validity.reasons.clone(),
+            client_behind: summary.validity.client_behind,
+            validity_notes: summary.validity.notes.clone(),
             queue_trend_source: summary.queue_trend_source.clone(),
             engine_findings: summary.engine_findings.clone(),
+            engine_truth: summary.engine_truth.clone(),
             littles_law: summary.littles_law,
             schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
             engine_lateness,
@@ -660,6 +713,12 @@ impl Runner<'_> {
             .and_then(|cutoff| fidelity::EngineLateness::of(&frames, k, cutoff));
         measured.rescale(k);
         let mut summary = measured.summarize(&real, &real_plan)?;
+        if let Some(note) = failure_note(dir, &summary, &real_plan.gate) {
+            self.bar.println(format!("warning: {note}"));
+            if let Ok(mut f) = self.failures.lock() {
+                f.push(note);
+            }
+        }
         let passed = summary.report.capacity_gate_pass;
         if let Some(l) = lateness.filter(|l| l.refuses_point(passed))
             && let Some(reason) = l.finding(k, passed)
@@ -770,6 +829,7 @@ async fn start_target(
     let gpus_per_replica = driver::gpus_per_replica(spec, manifest);
     if let Some(url) = &spec.target.url {
         let url = url.trim_end_matches('/').to_owned();
+        let (metrics_targets, notes) = url_metrics_pages(spec, client, &url).await;
         return Ok(Target {
             fleet: None,
             facts: TargetFacts {
@@ -784,10 +844,11 @@ async fn start_target(
                 engine_concepts_found: Vec::new(),
                 engine_concepts_missing: Vec::new(),
             },
-            metrics_targets: spec.target.metrics_urls.clone(),
+            metrics_targets,
             time_scale: spec.target.time_scale.unwrap_or(1.0),
             calibration: None,
             setup: None,
+            notes,
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();
@@ -849,7 +910,72 @@ async fn start_target(
         time_scale: k,
         calibration,
         setup: Some(setup),
+        notes: Vec::new(),
     })
+}
+
+/// What a reviewer reads about a point that lost more requests than the gate allows: how
+/// many, and the server's most frequent words for it (an out-of-vocabulary token id, a
+/// closed connection).
+fn failure_note(
+    dir: &str,
+    summary: &PointSummaryFile,
+    gate: &crate::analysis::GateConfig,
+) -> Option<String> {
+    let r = &summary.report;
+    let most = summary.client.errors.first()?;
+    (r.error_rate? > gate.error_rate_max).then(|| {
+        format!(
+            "{dir}: {} of {} requests failed; most often {most}",
+            r.failed, r.attempted
+        )
+    })
+}
+
+/// The engine pages a URL target's points scrape: `spec.target.metricsUrls` when given;
+/// else, unless Prometheus holds the metrics, the server's own `/metrics` when it answers
+/// with an engine's names there (vLLM, SGLang and llama.cpp serve them beside the API).
+/// With the notes a reviewer should read: where the pages came from, or that the points
+/// have no engine evidence and why.
+async fn url_metrics_pages(
+    spec: &CapacityBenchmarkSpec,
+    client: &reqwest::Client,
+    url: &str,
+) -> (Vec<String>, Vec<String>) {
+    use crate::engine_metrics::identify::PROBE_TIMEOUT;
+    use crate::engine_metrics::profile::detect;
+    use crate::engine_metrics::scrape::{metrics_url, scrape_once};
+    if !spec.target.metrics_urls.is_empty() || spec.target.prometheus.is_some() {
+        return (spec.target.metrics_urls.clone(), Vec::new());
+    }
+    let page = metrics_url(url);
+    match scrape_once(client, &page, PROBE_TIMEOUT).await {
+        Ok(exposition) => match detect(&exposition.samples) {
+            Some(found) => (
+                vec![url.to_owned()],
+                vec![format!(
+                    "engine metrics: {page} ({} names; spec.target.metricsUrls not given, so \
+                    the API's own port is scraped)",
+                    found.engine
+                )],
+            ),
+            None => (
+                Vec::new(),
+                vec![format!(
+                    "no engine metrics: {page} answered, but with no engine's names; the queue \
+                    trend comes from the client's in-flight count (give \
+                    spec.target.metricsUrls)"
+                )],
+            ),
+        },
+        Err(e) => (
+            Vec::new(),
+            vec![format!(
+                "no engine metrics: {page} did not answer ({e}); the queue trend comes from \
+                the client's in-flight count (give spec.target.metricsUrls)"
+            )],
+        ),
+    }
 }
 
 /// Probes a fresh single-replica engine from `config(K)` at the spec's time scale (or, for
@@ -962,7 +1088,24 @@ async fn resolve_identity(client: &reqwest::Client, target: &Target) -> Resolved
         simulated_preset: facts.preset.clone(),
         time_scale: target.time_scale,
         goodput_version: env!("CARGO_PKG_VERSION").into(),
+        client_cpus: client_cpus(),
     }
+}
+
+/// The CPUs this process may run on (its `Cpus_allowed_list`) of the machine's: `0 of 2`.
+fn client_cpus() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+        .trim()
+        .to_owned();
+    Some(
+        match std::fs::read_to_string("/sys/devices/system/cpu/online") {
+            Ok(online) => format!("{allowed} of {}", online.trim()),
+            Err(_) => allowed,
+        },
+    )
 }
 
 fn progress_bar(enabled: bool) -> ProgressBar {

@@ -62,6 +62,11 @@ pub struct BenchResult {
     /// failure tests not included).
     #[serde(default)]
     pub cost: Cost,
+    /// Set when the run was stopped (SIGINT, SIGTERM) before the driver finished: where it
+    /// stopped. The pack is then incomplete: its capacities and plan are not the
+    /// benchmark's result, and `goodput bench` exits non-zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// The server under test as it was found.
@@ -129,6 +134,10 @@ pub struct ModeResult {
     /// What this mode's saturation levels and rate points cost.
     #[serde(default)]
     pub cost: Cost,
+    /// The lowest rate the load generator could not drive on schedule, if one: no rate at
+    /// or above it ran again; `starved` when nothing below it was measured either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_limit: Option<super::driver::ClientLimit>,
 }
 
 /// The fixed-fraction grid a model-placed sweep did not run, for its cost to be compared.
@@ -197,10 +206,20 @@ pub struct PointResult {
     pub valid: bool,
     /// Why not.
     pub validity_reasons: Vec<String>,
+    /// Among the reasons, the load generator fell behind its schedule: the sweep did not
+    /// move on this point.
+    #[serde(default)]
+    pub client_behind: bool,
+    /// What a reviewer should know that does not void the point.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validity_notes: Vec<String>,
     /// Where the queue trend came from.
     pub queue_trend_source: String,
     /// KV, prefix cache, preemptions, cache-state flags.
     pub engine_findings: Option<EngineFindings>,
+    /// The client's figures beside the engine's own counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_truth: Option<crate::engine_metrics::truth::EngineTruth>,
     /// Little's Law over the window.
     pub littles_law: Option<LittlesLaw>,
     /// Client schedule lag P99 (ms, on the run's own clock).

@@ -50,7 +50,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             super::shutdown_signal().await;
-            eprintln!("bench: stopping; the current point is written as measured");
+            eprintln!(
+                "bench: stopping; the current point is written as measured, no further point \
+                 runs, and the pack is marked incomplete"
+            );
             let _ = stop_tx.send(true);
         });
         goodput::bench::run_bench(&loaded.benchmark, &loaded.manifest, &options, stop_rx).await
@@ -59,5 +62,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         .with_context(|| format!("writing the capacity pack's reports into {}", out.display()))?;
     print!("{}", goodput::pack::summary_text(&result));
     println!("capacity pack: {}", out.display());
+    if result.interrupted.is_some() {
+        eprintln!("bench: interrupted; the pack is incomplete");
+        // The shell's convention for a run ended by a signal (128 + SIGINT).
+        return Ok(ExitCode::from(130));
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -852,8 +852,7 @@ impl Run<'_> {
         let mut point = points::finished_point(
             key,
             merged.report(),
-            merged.summary.validity.valid,
-            &merged.summary.validity.reasons,
+            &merged.summary.validity,
             manifest,
             point_map,
             Some(points::Held::of(&merged.summary.client)),
@@ -1055,6 +1054,8 @@ impl Run<'_> {
                 bracket: decision.bracket,
                 refinements: decision.refinements,
                 placement,
+                client_limit_rps: decision.client_limit.map(|l| l.rate),
+                loadgen_starved: decision.client_limit.is_some_and(|l| l.starved),
             });
             plans.push((cache, conclusion.plan));
         }
@@ -1080,6 +1081,31 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// What a starved cache mode's condition says: the driver's words, with the evidence of
+    /// the point the client fell behind on (its lag, its start delay: the point's reasons).
+    fn starved_message(&self, mode: &ModeCapacity) -> String {
+        let rate = mode.client_limit_rps.unwrap_or(0.0);
+        let limit = driver::ClientLimit {
+            rate,
+            starved: true,
+        };
+        let evidence = self
+            .status
+            .points
+            .iter()
+            .find(|p| {
+                p.cache == mode.cache
+                    && p.client_behind
+                    && p.offered_rps.is_some_and(|r| PointKey::same_rate(r, rate))
+            })
+            .map(|p| p.reasons.join("; "))
+            .unwrap_or_default();
+        format!(
+            "{}. Evidence: {evidence}",
+            limit.message(mode.cache.as_str())
+        )
+    }
+
     /// The benchmark's answer is complete: `Succeeded`, with the capacity in `Ready`.
     async fn succeed(&mut self) {
         self.status.phase = Some(Phase::Succeeded);
@@ -1093,10 +1119,15 @@ impl Run<'_> {
                     .required_replicas
                     .map_or(String::new(), |r| format!("; {r} replica(s) for the peak"))
             ),
-            None => "no offered rate passed the gate".into(),
+            None => match self.status.modes.iter().find(|m| m.loadgen_starved) {
+                Some(m) => self.starved_message(m),
+                None => "no offered rate passed the gate".into(),
+            },
         };
         let reason = if self.status.capacity_rps.is_some() {
             reasons::SUCCEEDED
+        } else if self.status.modes.iter().any(|m| m.loadgen_starved) {
+            reasons::LOADGEN_STARVED
         } else {
             reasons::NO_PASSING_RATE
         };

@@ -192,8 +192,12 @@ fn pack_capacity(
                     repeat: p.repeat,
                 },
                 &p.report,
-                p.valid,
-                &p.validity_reasons,
+                &crate::loadgen::point::Validity {
+                    valid: p.valid,
+                    reasons: p.validity_reasons.clone(),
+                    client_behind: p.client_behind,
+                    notes: p.validity_notes.clone(),
+                },
                 manifest,
                 p.dir.clone(),
                 Some(super::status::Held {

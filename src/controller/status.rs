@@ -4,7 +4,8 @@
 
 use crate::analysis::PointReport;
 use crate::api::{CacheMode, FinishedPoint, PointClass, PointKind};
-use crate::bench::driver::{self, Outcome, PointKey, Recorded};
+use crate::bench::driver::{self, Outcome, PointKey, RateOutcome, Recorded};
+use crate::loadgen::point::Validity;
 use crate::planning::assess;
 use crate::workload::WorkloadManifest;
 
@@ -34,8 +35,7 @@ impl Held {
 pub fn finished_point(
     key: PointKey,
     report: &PointReport,
-    valid: bool,
-    validity_reasons: &[String],
+    validity: &Validity,
     manifest: &WorkloadManifest,
     result_config_map: String,
     held: Option<Held>,
@@ -43,7 +43,8 @@ pub fn finished_point(
     let gate = manifest.gate_config();
     let (kind, concurrency, offered_rps, repeat) = key_fields(key);
     let assessment = assess(offered_rps.unwrap_or(0.0), report, &gate);
-    let slos_met = driver::slos_met(report, manifest.acceptance.class_slo_attainment_min);
+    let slos_met = driver::slos_met(report, &gate);
+    let valid = validity.valid;
     let verdict = match key {
         PointKey::Saturation { .. } if slos_met => FinishedPoint::PASS,
         PointKey::Saturation { .. } => FinishedPoint::FAIL,
@@ -54,7 +55,7 @@ pub fn finished_point(
             crate::analysis::Verdict::Exploratory => FinishedPoint::EXPLORATORY,
         },
     };
-    let mut reasons: Vec<String> = validity_reasons.to_vec();
+    let mut reasons: Vec<String> = validity.reasons.clone();
     if matches!(key, PointKey::Rate { .. }) {
         reasons.extend(assessment.reasons.iter().map(|r| r.message.clone()));
     }
@@ -73,6 +74,7 @@ pub fn finished_point(
         queue_trend: Some(report.queue_trend.to_string()),
         slos_met,
         valid,
+        client_behind: validity.client_behind,
         verdict: verdict.to_owned(),
         reasons: FinishedPoint::bounded_reasons(reasons),
         result_config_map: Some(result_config_map),
@@ -111,6 +113,7 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
         queue_trend: None,
         slos_met: false,
         valid: false,
+        client_behind: false,
         verdict: FinishedPoint::INVALID.to_owned(),
         reasons: FinishedPoint::bounded_reasons(vec![reason]),
         result_config_map: None,
@@ -197,9 +200,12 @@ pub fn recorded(points: &[FinishedPoint]) -> Vec<Recorded> {
                     slos_met: p.slos_met,
                     engine_rps: p.engine_rps,
                 },
-                PointKey::Rate { .. } => Outcome::Rate {
-                    passed: p.valid && p.verdict == FinishedPoint::PASS,
-                },
+                PointKey::Rate { .. } => Outcome::Rate(match (p.valid, p.client_behind) {
+                    (_, true) => RateOutcome::ClientBehind,
+                    (false, false) => RateOutcome::NotEvidence,
+                    (true, false) if p.verdict == FinishedPoint::PASS => RateOutcome::Passed,
+                    (true, false) => RateOutcome::Failed,
+                }),
             };
             Some(Recorded { key, outcome })
         })
@@ -231,7 +237,7 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert!(back[0].key.same(&keys[0]) && back[1].key.same(&keys[1]));
         // An invalid point never counts as passing, and a level with no result met no SLO.
-        assert_eq!(back[1].outcome, Outcome::Rate { passed: false });
+        assert_eq!(back[1].outcome, Outcome::Rate(RateOutcome::NotEvidence));
         assert_eq!(
             back[0].outcome,
             Outcome::Saturation {

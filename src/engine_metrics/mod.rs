@@ -22,6 +22,7 @@ pub mod profile;
 pub mod prometheus_api;
 pub mod scrape;
 pub mod series;
+pub mod truth;
 
 pub use parse::{Exposition, MetricType, Sample, parse};
 pub use profile::{Concept, DetectedProfile, EngineKind, MetricKind, Profile, detect};

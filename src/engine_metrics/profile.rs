@@ -698,6 +698,12 @@ pub fn profile_with(
             None => d.missing.push(concept),
         }
     }
+    // The engine's own hit-rate gauge is only a stand-in for hits ÷ queries (vLLM's V0
+    // gauge is gone from V1): with both counters found, nothing is missing.
+    if d.found.contains(&Concept::PrefixCacheQueries) && d.found.contains(&Concept::PrefixCacheHits)
+    {
+        d.missing.retain(|c| *c != Concept::PrefixCacheHitRate);
+    }
     d
 }
 
@@ -775,7 +781,10 @@ pub fn histogram_totals(
 }
 
 /// Every concept of `profile` present on the page, keyed by [`Concept::key`]; a histogram
-/// gives two entries, `<key>_sum` and `<key>_count`.
+/// gives two entries, `<key>_sum` and `<key>_count`, and the TTFT histogram also its
+/// cumulative buckets ([`bucket_key`]), so a point's engine-side TTFT median can be read
+/// from them. An engine's prefix-cache block size, where its page states it, is under
+/// [`CACHE_BLOCK_SIZE`].
 pub fn values(samples: &[Sample], profile: &Profile) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for concept in profile.concepts() {
@@ -784,11 +793,72 @@ pub fn values(samples: &[Sample], profile: &Profile) -> BTreeMap<String, f64> {
                 out.insert(format!("{}_sum", concept.key()), h.sum);
                 out.insert(format!("{}_count", concept.key()), h.count);
             }
+            if concept == Concept::Ttft {
+                for (le, count) in histogram_buckets(samples, profile, concept) {
+                    out.insert(bucket_key(concept, le), count);
+                }
+            }
         } else if let Some(v) = concept_value(samples, profile, concept) {
             out.insert(concept.key().to_string(), v);
         }
     }
+    if let Some(b) = cache_block_size(samples, profile.engine) {
+        out.insert(CACHE_BLOCK_SIZE.to_owned(), b);
+    }
     out
+}
+
+/// The values key of the engine's prefix-cache block size (tokens): prefixes are cached
+/// in whole blocks, so a shared prefix shorter than one block is never a hit.
+pub const CACHE_BLOCK_SIZE: &str = "cache_block_size";
+
+/// The key of one cumulative bucket of a histogram concept: `ttft_le_0.04`.
+pub fn bucket_key(concept: Concept, le: f64) -> String {
+    format!("{}_le_{le}", concept.key())
+}
+
+/// The bucket bound of a key [`bucket_key`] wrote for `concept`.
+pub fn bucket_bound(concept: Concept, key: &str) -> Option<f64> {
+    key.strip_prefix(concept.key())?
+        .strip_prefix("_le_")?
+        .parse()
+        .ok()
+}
+
+/// Cumulative bucket counts `(le, count)` of a histogram concept, added over label sets,
+/// by ascending bound (`+Inf` last).
+pub fn histogram_buckets(
+    samples: &[Sample],
+    profile: &Profile,
+    concept: Concept,
+) -> Vec<(f64, f64)> {
+    let Some(r) = resolve(samples, profile, concept) else {
+        return Vec::new();
+    };
+    let name = format!("{}_bucket", r.name);
+    let mut by: Vec<(f64, f64)> = Vec::new();
+    for s in samples.iter().filter(|s| matches(s, &name, r)) {
+        let Some(le) = s.label("le").and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        match by.iter_mut().find(|b| b.0 == le) {
+            Some(b) => b.1 += s.value,
+            None => by.push((le, s.value)),
+        }
+    }
+    by.sort_by(|a, b| a.0.total_cmp(&b.0));
+    by
+}
+
+/// The prefix-cache block size a page states: vLLM's `cache_config_info{block_size}`.
+pub fn cache_block_size(samples: &[Sample], engine: EngineKind) -> Option<f64> {
+    match engine {
+        EngineKind::Vllm => samples
+            .iter()
+            .filter(|s| s.name == "vllm:cache_config_info")
+            .find_map(|s| s.label("block_size")?.parse().ok()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -805,13 +875,41 @@ mod tests {
         assert!((a - b).abs() < 1e-9, "{a} != {b}");
     }
 
+    /// The page of the pinned real engine (vLLM 0.32's CPU build serving the test model,
+    /// `tests/engines/`), as scraped: every concept the profile maps is on it.
+    #[test]
+    fn the_vllm_profile_finds_every_concept_on_a_live_0_32_page() {
+        let samples = parse(include_str!("testdata/vllm-0.32-cpu.prom")).samples;
+        let d = detect(&samples).unwrap_or_else(|| panic!("nothing detected"));
+        assert_eq!(d.engine, EngineKind::Vllm);
+        assert!(d.missing.is_empty(), "{:?}", d.missing);
+        assert!(d.deprecated.is_empty(), "{:?}", d.deprecated);
+        let v = values(&samples, d.profile());
+        assert_eq!(
+            v.get(CACHE_BLOCK_SIZE),
+            Some(&128.0),
+            "the CPU build's block size"
+        );
+        let buckets: Vec<(f64, f64)> = v
+            .iter()
+            .filter_map(|(k, n)| Some((bucket_bound(Concept::Ttft, k)?, *n)))
+            .collect();
+        assert!(buckets.len() > 10, "{buckets:?}");
+        let inf = buckets.iter().find(|b| b.0.is_infinite()).map(|b| b.1);
+        assert_eq!(
+            inf,
+            v.get("ttft_count").copied(),
+            "+Inf holds every observation"
+        );
+    }
+
     #[test]
     fn vllm_current_names_sum_over_engines_and_reasons() {
         let samples = parse(VLLM_TEXT).samples;
         let d = detect(&samples).unwrap_or_else(|| panic!("nothing detected"));
         assert_eq!(d.engine, EngineKind::Vllm);
-        // Everything but the V0 hit-rate gauge.
-        assert_eq!(d.missing, vec![Concept::PrefixCacheHitRate]);
+        // Everything: the V0 hit-rate gauge is gone, and hits ÷ queries stand for it.
+        assert!(d.missing.is_empty(), "{:?}", d.missing);
         assert!(d.deprecated.is_empty());
         assert_eq!(d.names[&Concept::KvUsage], "vllm:kv_cache_usage_perc");
         let p = d.profile();

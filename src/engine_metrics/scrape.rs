@@ -242,16 +242,30 @@ pub async fn scrape_loop(
     let mut ticker = tokio::time::interval_at(start, interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
     tokio::pin!(stop);
-    loop {
+    let mut last_round = None;
+    let mut stopped = false;
+    while !stopped {
         let due = tokio::select! {
             biased;
-            () = &mut stop => break,
+            // One more round once stopped: the counters then hold every response of the
+            // run, which the truth checks compare with the client's.
+            () = &mut stop => {
+                stopped = true;
+                Instant::now()
+            }
             due = ticker.tick() => due,
         };
-        // Rounds are numbered by their deadline, so skipped rounds leave gaps.
-        let round = (due.saturating_duration_since(start).as_nanos() / interval.as_nanos())
-            .try_into()
-            .unwrap_or(u64::MAX);
+        // Rounds are numbered by their deadline, so skipped rounds leave gaps; the final
+        // round follows the last.
+        let by_deadline: u64 = (due.saturating_duration_since(start).as_nanos()
+            / interval.as_nanos())
+        .try_into()
+        .unwrap_or(u64::MAX);
+        let round = match last_round {
+            Some(last) if by_deadline <= last => last + 1,
+            _ => by_deadline,
+        };
+        last_round = Some(round);
         let t_s = Instant::now()
             .saturating_duration_since(start)
             .as_secs_f64();

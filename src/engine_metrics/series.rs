@@ -107,19 +107,62 @@ impl MetricsSeries {
         }
     }
 
-    /// Multiplies every time by `k`: sample times, the interval, and histogram sums (all
-    /// latency histograms, in seconds). For an engine that ran `k` times faster than real
-    /// time, converted back to model time.
+    /// Multiplies every time by `k`: sample times, the interval, histogram sums and bucket
+    /// bounds (all latency histograms, in seconds). For an engine that ran `k` times faster
+    /// than real time, converted back to model time.
     pub fn rescale(&mut self, k: f64) {
+        use super::profile::{bucket_bound, bucket_key};
         self.interval_s *= k;
         for s in &mut self.samples {
             s.t_s *= k;
-            for (key, v) in &mut s.values {
-                if key.ends_with("_sum") {
-                    *v *= k;
-                }
+            let values = std::mem::take(&mut s.values);
+            s.values = values
+                .into_iter()
+                .map(|(key, v)| match bucket_bound(Concept::Ttft, &key) {
+                    Some(le) => (bucket_key(Concept::Ttft, le * k), v),
+                    None if key.ends_with("_sum") => (key, v * k),
+                    None => (key, v),
+                })
+                .collect();
+        }
+    }
+
+    /// The increase of each cumulative bucket of `concept`'s histogram over the window
+    /// (per target from its first to its last successful scrape holding it, summed over
+    /// targets), by ascending bound: the histogram of the observations made during the
+    /// point. Empty when no target has the buckets twice.
+    pub fn bucket_deltas(&self, concept: Concept) -> Vec<(f64, f64)> {
+        let mut by: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
+        for target in 0..self.targets.len() {
+            let held: Vec<&ScrapeSample> = self
+                .samples
+                .iter()
+                .filter(|s| s.target == target && s.ok)
+                .filter(|s| {
+                    s.values
+                        .keys()
+                        .any(|k| super::profile::bucket_bound(concept, k).is_some())
+                })
+                .collect();
+            let (Some(first), Some(last)) = (held.first(), held.last()) else {
+                continue;
+            };
+            if held.len() < 2 {
+                continue;
+            }
+            for (key, end) in &last.values {
+                let Some(le) = super::profile::bucket_bound(concept, key) else {
+                    continue;
+                };
+                let start = first.values.get(key).copied().unwrap_or(0.0);
+                // A counter that went down restarted: all of its count is new.
+                let increase = if *end >= start { end - start } else { *end };
+                by.entry(le.to_bits()).or_insert((le, 0.0)).1 += increase;
             }
         }
+        let mut out: Vec<(f64, f64)> = by.into_values().collect();
+        out.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out
     }
 
     /// Samples grouped by round, in round order.
@@ -178,6 +221,20 @@ impl MetricsSeries {
     /// Running requests summed over targets, per round in which every target answered.
     pub fn running_series(&self) -> Vec<(f64, f64)> {
         self.concept_series(Concept::Running, Across::Sum, Coverage::AllTargets)
+    }
+
+    /// Requests inside the engines (waiting plus running, summed over targets), per round in
+    /// which every target answered both.
+    pub fn in_engine_series(&self) -> Vec<(f64, f64)> {
+        let running: BTreeMap<u64, f64> = self
+            .running_series()
+            .into_iter()
+            .map(|(t, v)| (t.to_bits(), v))
+            .collect();
+        self.queue_series()
+            .into_iter()
+            .filter_map(|(t, w)| Some((t, w + running.get(&t.to_bits())?)))
+            .collect()
     }
 
     /// KV usage (0–1) averaged over targets, per round in which every target answered.

@@ -24,6 +24,7 @@ fn record(i: u64, t: f64, status: &'static str, http: Option<u16>) -> RequestRec
         last_token_s: ok.then_some(t + 2.0),
         ended_s: if ok { t + 2.0 } else { t + 0.1 },
         input_tokens: 1024,
+        input_tokens_usage: None,
         max_tokens: 64,
         ttft_ms: if ok { 200.0 } else { 0.0 },
         tpot_ms: if ok { 1800.0 / 63.0 } else { 0.0 },

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::point::{MeasuredPoint, PointFacts, PointPlan, PointSummaryFile, ScheduleFacts};
 use super::record::write_requests_csv;
-use super::run::{ClientFacts, LagFigures, LoadMode, open_loop_window_s};
+use super::run::{ClientFacts, ErrorCount, LagFigures, LoadMode, open_loop_window_s};
 use crate::analysis::{AnalyzeError, CsvError, GateConfig, PointReport, analyze_requests};
 use crate::engine_metrics::series::MetricsSeries;
 
@@ -795,6 +795,20 @@ pub fn merge_shards(
             .iter()
             .map(|s| s.summary.client.start_lateness_ms)
             .fold(0.0, f64::max),
+        // A shard kept only its most frequent failures: the merged counts are a lower
+        // bound for those it cut.
+        totals: ordered
+            .iter()
+            .skip(1)
+            .fold(first.summary.client.totals.clone(), |mut t, s| {
+                t.add(&s.summary.client.totals);
+                t
+            }),
+        errors: ErrorCount::merge(
+            ordered
+                .iter()
+                .flat_map(|s| s.summary.client.errors.iter().cloned()),
+        ),
     };
 
     // One engine series: every shard scrapes the same engine.
@@ -846,6 +860,8 @@ pub fn merge_shards(
         mode: first.summary.mode,
         cache: first.summary.cache,
         prompt_method: first.summary.prompt_method,
+        vocabulary: first.summary.vocabulary.clone(),
+        chat_sizing: first.summary.chat_sizing.clone(),
         prewarmed: ordered
             .iter()
             .map(|s| s.summary.prewarmed_prefixes)
@@ -862,6 +878,7 @@ pub fn merge_shards(
         span,
         ok: (ok, e2e_sum_ms),
         reasons,
+        client_behind: ordered.iter().any(|s| s.summary.validity.client_behind),
     };
     let (trend, source) = facts.queue_trend();
     let paths: Vec<PathBuf> = ordered.iter().map(|s| shard_path(s)).collect();

@@ -384,6 +384,7 @@ mod tests {
             last_token_s: ok.then_some(index as f64 * 0.1 + 1.0),
             ended_s: index as f64 * 0.1 + 1.0,
             input_tokens: 16,
+            input_tokens_usage: None,
             max_tokens: 8,
             ttft_ms: if ok { ttft } else { 0.0 },
             tpot_ms: if ok { tpot } else { 0.0 },

@@ -15,6 +15,7 @@ pub mod publish;
 pub mod record;
 pub mod run;
 pub mod sse;
+pub mod vocabulary;
 
 use std::time::{Duration, Instant};
 

@@ -176,6 +176,15 @@ pub struct Validity {
     pub valid: bool,
     /// Why not.
     pub reasons: Vec<String>,
+    /// Among the reasons: the load generator fell behind its schedule (its lag, or its
+    /// late start on the point's timeline). Such a point says nothing about the target, and
+    /// the sweep never moves on it.
+    #[serde(default)]
+    pub client_behind: bool,
+    /// What a reviewer should know that does not make the point void (a client behind
+    /// its schedule on a point whose verdict it cannot have caused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// `summary.json`.
@@ -194,6 +203,16 @@ pub struct PointSummaryFile {
     pub cache: CacheMode,
     /// How prompt lengths were set.
     pub prompt_method: PromptMethod,
+    /// Token-id prompts: the served vocabulary as the point measured it and the ids its
+    /// prompts were drawn from (absent for text prompts, or when the server answered no
+    /// probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocabulary: Option<super::vocabulary::Vocabulary>,
+    /// Chat prompts sized against the server's tokenizer: its words per token, the chat
+    /// template's tokens taken off every request, and the endpoint asked (the prompt
+    /// tokens the server then counted are in `engine_truth` and `requests.csv`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_sizing: Option<ChatSizing>,
     /// Prefixes sent before measurement (warm cache).
     pub prewarmed_prefixes: usize,
     /// Schedule: seed, blocks used, requests, shard and a hash of the exact schedule.
@@ -212,6 +231,11 @@ pub struct PointSummaryFile {
     pub engine_findings: Option<EngineFindings>,
     /// Little's Law over the window: mean in flight vs completions/s × mean E2E.
     pub littles_law: Option<LittlesLaw>,
+    /// The client's figures beside the engine's own counters over the point (requests,
+    /// prompt and output tokens, TTFT, prefix-cache hits); what disagrees is also among the
+    /// engine findings' flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_truth: Option<crate::engine_metrics::truth::EngineTruth>,
 }
 
 impl PointSummaryFile {
@@ -281,6 +305,10 @@ pub struct MeasuredPoint {
     /// How the prompts were sized: the configuration's method, or `TextCalibrated` when a
     /// chat point calibrated its estimate against the server's tokenizer.
     pub prompt_method: PromptMethod,
+    /// Token-id prompts: the served vocabulary as measured, and the ids drawn.
+    pub vocabulary: Option<super::vocabulary::Vocabulary>,
+    /// Chat prompts: how their text was sized against the server's tokenizer.
+    pub chat_sizing: Option<ChatSizing>,
 }
 
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
@@ -316,13 +344,23 @@ pub async fn measure_time_scaled(
     Ok(measured)
 }
 
-/// Words per token of the tokenizer behind `target`, measured with its `/tokenize` (vLLM's
-/// and SGLang's) on a sample text; `None` when it has no such endpoint or says nothing
-/// usable.
-async fn words_per_token(client: &reqwest::Client, target: &str, model: &str) -> Option<f64> {
-    let words = 400;
-    let text = super::prompt::prompt_text(0, 0, words, None);
-    let body = serde_json::json!({"model": model, "prompt": text});
+/// How a chat point's text prompts were sized against the server's tokenizer
+/// (`summary.json`'s `chat_sizing`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatSizing {
+    /// Words of the generated text per token of the server's tokenizer.
+    pub words_per_token: f64,
+    /// Tokens the chat template adds to every request (the same text tokenized as a
+    /// user message minus as a plain prompt), taken off each request's text; 0 when the
+    /// server cannot tokenize messages.
+    pub template_tokens: u32,
+    /// The tokenizer asked: `POST {target}/tokenize`, and the body key it took.
+    pub tokenizer: String,
+}
+
+/// Tokens of `body` by the server's `/tokenize`; `None` when it has none or answers
+/// nothing usable (llama.cpp answers `{"tokens": []}` to a key it does not take).
+async fn tokenize(client: &reqwest::Client, target: &str, body: serde_json::Value) -> Option<f64> {
     let r = client
         .post(format!("{target}/tokenize"))
         .json(&body)
@@ -333,22 +371,58 @@ async fn words_per_token(client: &reqwest::Client, target: &str, model: &str) ->
     let count = v["count"]
         .as_f64()
         .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
-    (count > 0.0).then(|| f64::from(words) / count)
+    (count > 0.0).then_some(count)
 }
 
-/// A chat point whose text prompts are sized by the estimate, with the ratio measured by
-/// the server's tokenizer instead when it serves `/tokenize` (one request, before any
-/// load); `None` when there is nothing to change.
-async fn chat_calibration(client: &reqwest::Client, config: &LoadConfig) -> Option<LoadConfig> {
+/// The server's tokenizer measured on a sample text: words per token (vLLM's and SGLang's
+/// `/tokenize` take `prompt`, llama.cpp's `content`) and the chat template's own tokens
+/// (vLLM tokenizes `messages` with the template); `None` when it has no `/tokenize`.
+async fn chat_sizing(client: &reqwest::Client, target: &str, model: &str) -> Option<ChatSizing> {
+    let words = 400;
+    let text = super::prompt::prompt_text(0, 0, words, None);
+    let mut found = None;
+    for key in ["prompt", "content"] {
+        let body = serde_json::json!({"model": model, key: text});
+        if let Some(count) = tokenize(client, target, body).await {
+            found = Some((count, key));
+            break;
+        }
+    }
+    let (count, key) = found?;
+    let messages = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+    });
+    let template_tokens = tokenize(client, target, messages)
+        .await
+        .map_or(0, |with| (with - count).max(0.0) as u32);
+    Some(ChatSizing {
+        words_per_token: f64::from(words) / count,
+        template_tokens,
+        tokenizer: format!("POST {target}/tokenize ({key})"),
+    })
+}
+
+/// A chat point whose text prompts are sized by the estimate, with the server's tokenizer
+/// instead when it serves `/tokenize` (before any load); `None` when there is nothing to
+/// change.
+async fn chat_calibration(
+    client: &reqwest::Client,
+    config: &LoadConfig,
+) -> Option<(LoadConfig, ChatSizing)> {
     if config.prompt_method != PromptMethod::TextEstimated {
         return None;
     }
-    let w = words_per_token(client, &config.target, &config.model).await?;
-    Some(LoadConfig {
-        text_words_per_token: Some(w),
-        prompt_method: PromptMethod::TextCalibrated,
-        ..config.clone()
-    })
+    let sizing = chat_sizing(client, &config.target, &config.model).await?;
+    Some((
+        LoadConfig {
+            text_words_per_token: Some(sizing.words_per_token),
+            chat_template_tokens: sizing.template_tokens,
+            prompt_method: PromptMethod::TextCalibrated,
+            ..config.clone()
+        },
+        sizing,
+    ))
 }
 
 /// Runs the point: schedule (continued until the window and sample rules hold), prewarm,
@@ -378,14 +452,22 @@ pub async fn measure_point(
     let requests = mine.len();
     let longest_prompt = mine.iter().map(|r| r.input_tokens).max().unwrap_or(1);
 
-    let calibrated;
-    let config = match chat_calibration(&client, config).await {
-        Some(c) => {
-            calibrated = c;
-            &calibrated
-        }
-        None => config,
+    let (mut calibrated, chat_sizing) = chat_calibration(&client, config).await.unzip();
+    let vocabulary = if config.text_words_per_token.is_none() {
+        super::vocabulary::probe(&client, &config.target, &config.model).await
+    } else {
+        None
     };
+    if let Some(v) = vocabulary
+        .as_ref()
+        .filter(|v| v.token_ids != config.token_ids)
+    {
+        calibrated = Some(LoadConfig {
+            token_ids: v.token_ids,
+            ..calibrated.unwrap_or_else(|| config.clone())
+        });
+    }
+    let config = calibrated.as_ref().unwrap_or(config);
     let prewarmed = match config.cache {
         CacheMode::Warm => prewarm(&client, config, longest_prompt).await,
         CacheMode::Cold => 0,
@@ -484,6 +566,8 @@ pub async fn measure_point(
         },
         started_unix_s,
         prompt_method: config.prompt_method,
+        vocabulary,
+        chat_sizing,
     })
 }
 
@@ -559,6 +643,7 @@ impl MeasuredPoint {
         for p in &mut c.in_flight_series {
             p.0 *= k;
         }
+        c.totals.rescale(k);
         c.refresh_from(&self.run.records);
         if let Some(s) = &mut self.series {
             s.rescale(k);
@@ -571,15 +656,7 @@ impl MeasuredPoint {
         config: &LoadConfig,
         plan: &PointPlan,
     ) -> Result<PointSummaryFile, PointError> {
-        summarize(
-            config,
-            plan,
-            &self.run,
-            self.series.as_ref(),
-            self.prewarmed,
-            self.schedule.clone(),
-            self.prompt_method,
-        )
+        summarize(config, plan, self)
     }
 
     /// Writes `requests.csv`, `summary.json` and (when scraped) `engine-metrics.json`.
@@ -646,6 +723,7 @@ fn merge_runs(run: &mut PointRun, more: PointRun, offset: f64) {
     a.peak_in_flight = a.peak_in_flight.max(b.peak_in_flight);
     a.window_s += b.window_s;
     a.incomplete |= b.incomplete;
+    a.totals.add(&b.totals);
     a.in_flight_series
         .extend(b.in_flight_series.into_iter().map(|(t, v)| (t + offset, v)));
     a.refresh_from(&run.records);
@@ -688,8 +766,24 @@ fn queue_trend(
     if let Some(s) = series {
         let q = inside(s.queue_series());
         if q.len() >= 3 {
+            let waiting = queue_slope(&q, 5.0).trend;
+            // An engine that admits every request into its running batch (vLLM with a KV
+            // cache far larger than the load needs: 57 running at twice its capacity, none
+            // waiting) keeps its waiting queue flat while the requests inside it grow.
+            let engine = inside(s.in_engine_series());
+            if waiting != QueueTrend::Growing
+                && engine.len() >= 3
+                && queue_slope(&engine, 5.0).trend == QueueTrend::Growing
+            {
+                return (
+                    QueueTrend::Growing,
+                    "requests inside the engine, running plus waiting (least-squares slope; \
+                     the waiting queue alone stayed flat)"
+                        .into(),
+                );
+            }
             return (
-                queue_slope(&q, 5.0).trend,
+                waiting,
                 "engine waiting-queue gauge (least-squares slope)".into(),
             );
         }
@@ -767,6 +861,10 @@ pub(crate) struct PointFacts<'a> {
     pub cache: CacheMode,
     /// How prompts were made.
     pub prompt_method: PromptMethod,
+    /// Token-id prompts: the served vocabulary and the ids drawn.
+    pub vocabulary: Option<super::vocabulary::Vocabulary>,
+    /// Chat prompts: their sizing against the server's tokenizer.
+    pub chat_sizing: Option<ChatSizing>,
     /// Prefixes prewarmed.
     pub prewarmed: usize,
     /// Schedule facts.
@@ -785,6 +883,8 @@ pub(crate) struct PointFacts<'a> {
     pub ok: (usize, f64),
     /// Reasons found before assembly (a merge's shards), after the assembly's own.
     pub reasons: Vec<String>,
+    /// Among them, a shard's client fell behind its schedule.
+    pub client_behind: bool,
 }
 
 impl PointFacts<'_> {
@@ -811,19 +911,42 @@ impl PointFacts<'_> {
         if closed {
             reasons.push("closed loop: a saturation experiment, never a capacity".to_owned());
         }
-        if !closed && client.schedule_lag_ms.p99 > self.max_lag_ms {
-            reasons.push(format!(
+        // A client behind its schedule only ever adds delay to what it measures (latencies
+        // count from the scheduled send) and never sends more than the schedule: a point
+        // that passed despite it stands, and so does a failure the lag cannot cause (the
+        // queue grew although less arrived on time, or requests failed). Only a failure
+        // it may explain (attainment, too few samples) is not evidence.
+        let lag_explains = report.verdict != Some(crate::analysis::Verdict::Pass)
+            && !report.gate_reasons.iter().any(|r| {
+                matches!(
+                    r.rule,
+                    crate::analysis::GateRule::QueueTrend | crate::analysis::GateRule::ErrorRate
+                )
+            });
+        let lagging = !closed && client.schedule_lag_ms.p99 > self.max_lag_ms;
+        let late_start = client.start_lateness_ms > self.max_lag_ms;
+        let mut notes = Vec::new();
+        if lagging {
+            let why = format!(
                 "the client fell behind its schedule: lag P99 {:.2} ms > {} ms (max {:.2} ms)",
                 client.schedule_lag_ms.p99, self.max_lag_ms, client.schedule_lag_ms.max
-            ));
+            );
+            if lag_explains {
+                reasons.push(why);
+            } else {
+                notes.push(format!("{why}; the verdict stands (lag only adds delay)"));
+            }
         }
-        if client.start_lateness_ms > self.max_lag_ms {
+        // A run off the point's shared timeline changed the arrivals themselves (its
+        // requests came later than its sibling shards'): never evidence.
+        if late_start {
             reasons.push(format!(
                 "the run started {:.2} ms after its start instant (bound {} ms): it is off the \
                  point's shared timeline",
                 client.start_lateness_ms, self.max_lag_ms
             ));
         }
+        let lagging = lagging && lag_explains;
         if client.incomplete {
             reasons.push("the run was stopped before its schedule ended".to_owned());
         }
@@ -839,8 +962,19 @@ impl PointFacts<'_> {
             }
         }
         let series = self.series;
-        let mut engine_findings =
-            series.map(|s| findings(s, window, self.cache == CacheMode::Warm));
+        let warm = self.cache == CacheMode::Warm;
+        let mut engine_findings = series.map(|s| findings(s, window, warm));
+        let engine_truth = series.filter(|s| s.profile.is_some()).map(|s| {
+            crate::engine_metrics::truth::check(
+                &self.client.totals,
+                s,
+                self.prompt_method == PromptMethod::TokenIds,
+                warm,
+            )
+        });
+        if let (Some(f), Some(t)) = (engine_findings.as_mut(), engine_truth.as_ref()) {
+            f.flags.extend(t.flags.iter().cloned());
+        }
         // Cross-check: the client's in-flight count should tell the same story as the
         // engine's waiting queue; when it does not, the boundaries disagree (lost telemetry,
         // retries).
@@ -885,11 +1019,15 @@ impl PointFacts<'_> {
             achieved_send_rps: client.measured as f64 / window,
             cache: self.cache,
             prompt_method: self.prompt_method,
+            vocabulary: self.vocabulary,
+            chat_sizing: self.chat_sizing,
             prewarmed_prefixes: self.prewarmed,
             schedule: self.schedule,
             validity: Validity {
                 valid: reasons.is_empty(),
                 reasons,
+                client_behind: lagging || late_start || self.client_behind,
+                notes,
             },
             queue_trend_source: source,
             report,
@@ -901,6 +1039,7 @@ impl PointFacts<'_> {
             engine_findings,
             littles_law: law,
             client: self.client,
+            engine_truth,
         }
     }
 }
@@ -908,12 +1047,10 @@ impl PointFacts<'_> {
 fn summarize(
     config: &LoadConfig,
     plan: &PointPlan,
-    run: &PointRun,
-    series: Option<&MetricsSeries>,
-    prewarmed: usize,
-    schedule: ScheduleFacts,
-    prompt_method: PromptMethod,
+    point: &MeasuredPoint,
 ) -> Result<PointSummaryFile, PointError> {
+    let run = &point.run;
+    let series = point.series.as_ref();
     let mut summary = PointSummary::new(plan.gate.clone());
     let (mut ok, mut e2e_sum_ms) = (0, 0.0);
     for r in &run.records {
@@ -935,9 +1072,11 @@ fn summarize(
     let facts = PointFacts {
         mode: config.mode,
         cache: config.cache,
-        prompt_method,
-        prewarmed,
-        schedule,
+        prompt_method: point.prompt_method,
+        vocabulary: point.vocabulary.clone(),
+        chat_sizing: point.chat_sizing.clone(),
+        prewarmed: point.prewarmed,
+        schedule: point.schedule.clone(),
         client: run.client.clone(),
         series,
         metrics_targets: plan.metrics_targets.clone(),
@@ -945,6 +1084,7 @@ fn summarize(
         span,
         ok: (ok, e2e_sum_ms),
         reasons: Vec::new(),
+        client_behind: false,
     };
     let (trend, source) = facts.queue_trend();
     let mut report = summary.finish(facts.window_s(), trend)?;

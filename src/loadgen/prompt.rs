@@ -18,10 +18,52 @@ use serde::{Deserialize, Serialize};
 use super::Prompt;
 use crate::workload::hashing::{GOLDEN_GAMMA, mix64};
 
-/// Token ids are drawn from this range, away from the special tokens most vocabularies put
-/// at the start and the end.
-const TOKEN_LO: u32 = 1000;
-const TOKEN_HI: u32 = 30_000;
+/// The token ids a prompt is drawn from: `lo..hi`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRange {
+    /// Lowest id drawn.
+    pub lo: u32,
+    /// One past the highest id drawn.
+    pub hi: u32,
+}
+
+impl TokenRange {
+    /// Away from the special tokens most vocabularies put at the start and the end, and
+    /// inside every vocabulary of 30,000 ids or more.
+    pub const DEFAULT: TokenRange = TokenRange {
+        lo: 1000,
+        hi: 30_000,
+    };
+
+    /// The default range cut to a vocabulary of `size` ids: ids at or past `size` are
+    /// refused by the engine ("out of vocabulary"); the low end keeps clear of the first
+    /// eighth, where the special tokens usually are.
+    pub fn within(size: u32) -> TokenRange {
+        let hi = size.min(Self::DEFAULT.hi);
+        let lo = Self::DEFAULT.lo.min(hi / 8);
+        TokenRange {
+            lo,
+            hi: hi.max(lo + 1),
+        }
+    }
+
+    /// Whether the default range fits inside a vocabulary of `size` ids.
+    pub fn fits(self, size: u32) -> bool {
+        self.hi <= size
+    }
+}
+
+impl Default for TokenRange {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl std::fmt::Display for TokenRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}–{}", self.lo, self.hi - 1)
+    }
+}
 
 /// How prompts were made, as reported in the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,16 +83,17 @@ fn mix(seed: u64, stream: u64, position: u64) -> u64 {
     mix64(seed ^ stream.wrapping_mul(GOLDEN_GAMMA) ^ position.wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
-fn token(seed: u64, stream: u64, position: u64) -> u32 {
-    TOKEN_LO + (mix(seed, stream, position) % u64::from(TOKEN_HI - TOKEN_LO)) as u32
+fn token(range: TokenRange, seed: u64, stream: u64, position: u64) -> u32 {
+    range.lo + (mix(seed, stream, position) % u64::from(range.hi - range.lo)) as u32
 }
 
 /// Streams: shared prefix `p` uses `p`, request `i`'s unique part uses `2^63 + i`.
 const UNIQUE: u64 = 1 << 63;
 
-/// Token ids of one prompt: `input_tokens` long; in warm mode it starts with shared prefix
-/// `prefix` (`prefix_tokens` long, capped one below the prompt length).
+/// Token ids of one prompt, drawn from `range`: `input_tokens` long; in warm mode it starts
+/// with shared prefix `prefix` (`prefix_tokens` long, capped one below the prompt length).
 pub fn prompt_tokens(
+    range: TokenRange,
     seed: u64,
     index: u64,
     input_tokens: u32,
@@ -60,9 +103,9 @@ pub fn prompt_tokens(
     let shared = prefix.map_or(0, |(_, len)| len.min(n - 1));
     let mut out = Vec::with_capacity(n as usize);
     if let Some((p, _)) = prefix {
-        out.extend((0..shared).map(|k| token(seed, u64::from(p), u64::from(k))));
+        out.extend((0..shared).map(|k| token(range, seed, u64::from(p), u64::from(k))));
     }
-    out.extend((shared..n).map(|k| token(seed, UNIQUE | index, u64::from(k))));
+    out.extend((shared..n).map(|k| token(range, seed, UNIQUE | index, u64::from(k))));
     out
 }
 
@@ -74,7 +117,7 @@ const WORDS: [&str; 16] = [
 
 /// A text prompt of `words` words, unique to the request unless it shares a prefix.
 pub fn prompt_text(seed: u64, index: u64, words: u32, prefix: Option<(u32, u32)>) -> String {
-    let tokens = prompt_tokens(seed, index, words, prefix);
+    let tokens = prompt_tokens(TokenRange::DEFAULT, seed, index, words, prefix);
     let mut s = String::with_capacity(tokens.len() * 7);
     for (i, t) in tokens.iter().enumerate() {
         if i > 0 {
@@ -85,22 +128,28 @@ pub fn prompt_text(seed: u64, index: u64, words: u32, prefix: Option<(u32, u32)>
     s
 }
 
-/// Builds the prompt of one request.
+/// Builds the prompt of one request: token ids from `range`, or text of as many words as the
+/// scheduled length less the chat template's tokens.
+#[allow(clippy::too_many_arguments)]
 pub fn build_prompt(
     text: bool,
     words_per_token: f64,
+    range: TokenRange,
+    template_tokens: u32,
     seed: u64,
     index: u64,
     input_tokens: u32,
     prefix: Option<(u32, u32)>,
 ) -> Prompt {
     if text {
-        let words = ((f64::from(input_tokens) * words_per_token).round() as u32).max(1);
+        // The chat template's own tokens are part of what the server counts.
+        let body = input_tokens.saturating_sub(template_tokens).max(1);
+        let words = ((f64::from(body) * words_per_token).round() as u32).max(1);
         let prefix_words =
             prefix.map(|(p, len)| (p, ((f64::from(len) * words_per_token) as u32).max(1)));
         Prompt::Text(prompt_text(seed, index, words, prefix_words))
     } else {
-        Prompt::Tokens(prompt_tokens(seed, index, input_tokens, prefix))
+        Prompt::Tokens(prompt_tokens(range, seed, index, input_tokens, prefix))
     }
 }
 
@@ -114,21 +163,29 @@ mod tests {
 
     #[test]
     fn exact_length_unique_unless_shared() {
-        let a = prompt_tokens(7, 1, 1024, None);
-        let b = prompt_tokens(7, 2, 1024, None);
+        let a = prompt_tokens(TokenRange::DEFAULT, 7, 1, 1024, None);
+        let b = prompt_tokens(TokenRange::DEFAULT, 7, 2, 1024, None);
         assert_eq!(a.len(), 1024);
         assert_ne!(a[..16], b[..16]);
-        assert_eq!(a, prompt_tokens(7, 1, 1024, None));
-        assert!(a.iter().all(|t| (TOKEN_LO..TOKEN_HI).contains(t)));
+        assert_eq!(a, prompt_tokens(TokenRange::DEFAULT, 7, 1, 1024, None));
+        assert!(a.iter().all(|t| (1000..30_000).contains(t)));
+        // Inside a small vocabulary, every id is one the engine knows.
+        let small = TokenRange::within(8192);
+        assert_eq!(small, TokenRange { lo: 1000, hi: 8192 });
+        assert!(!TokenRange::DEFAULT.fits(8192) && TokenRange::DEFAULT.fits(32_000));
+        let s = prompt_tokens(small, 7, 1, 4096, None);
+        assert!(s.iter().all(|t| (1000..8192).contains(t)), "{s:?}");
+        assert_eq!(TokenRange::within(100), TokenRange { lo: 12, hi: 100 });
+        assert!(TokenRange::within(1).hi > TokenRange::within(1).lo);
 
-        let w1 = prompt_tokens(7, 1, 1024, Some((3, 512)));
-        let w2 = prompt_tokens(7, 2, 1024, Some((3, 512)));
+        let w1 = prompt_tokens(TokenRange::DEFAULT, 7, 1, 1024, Some((3, 512)));
+        let w2 = prompt_tokens(TokenRange::DEFAULT, 7, 2, 1024, Some((3, 512)));
         assert_eq!(w1[..512], w2[..512]);
         assert_ne!(w1[512..528], w2[512..528]);
         // A prefix never covers the whole prompt.
         assert_eq!(
-            prompt_tokens(7, 1, 100, Some((3, 512)))[..99],
-            prompt_tokens(7, 9, 100, Some((3, 512)))[..99]
+            prompt_tokens(TokenRange::DEFAULT, 7, 1, 100, Some((3, 512)))[..99],
+            prompt_tokens(TokenRange::DEFAULT, 7, 9, 100, Some((3, 512)))[..99]
         );
     }
 
@@ -137,7 +194,7 @@ mod tests {
         let t = prompt_text(1, 1, 50, None);
         assert_eq!(t.split(' ').count(), 50);
         assert!(
-            matches!(build_prompt(true, 0.75, 1, 1, 100, None), Prompt::Text(s) if s.split(' ').count() == 75)
+            matches!(build_prompt(true, 0.75, TokenRange::DEFAULT, 0, 1, 1, 100, None), Prompt::Text(s) if s.split(' ').count() == 75)
         );
     }
 }

@@ -27,8 +27,12 @@ pub struct RequestRecord {
     /// When the response ended: `[DONE]`, the end of the body, or the failure (s from the
     /// start). For a failure it is when the client learnt of it.
     pub ended_s: f64,
-    /// Prompt tokens sent.
+    /// Prompt tokens sent (the schedule's length: exact for token-id prompts, the target of
+    /// a text prompt's sizing).
     pub input_tokens: u32,
+    /// `usage.prompt_tokens` from the server: what it counted (a chat prompt's template
+    /// included).
+    pub input_tokens_usage: Option<u32>,
     /// `max_tokens` asked.
     pub max_tokens: u32,
     /// TTFT from the scheduled send (ms; 0 for failures).
@@ -101,6 +105,7 @@ impl RequestRecord {
             last_token_s: outcome.last_token.map(since),
             ended_s: since(outcome.ended),
             input_tokens,
+            input_tokens_usage: outcome.usage_prompt_tokens,
             max_tokens,
             ttft_ms: ttft,
             tpot_ms: if ok {
@@ -186,6 +191,7 @@ pub fn read_records(
     .map(col);
     let (scheduled, sent, first, last, ended) = (scheduled?, sent?, first?, last?, ended?);
     let optional = |name: &str| header.iter().position(|h| h == name);
+    let input_usage = optional("input_tokens_usage");
     let (input, max, counted, usage, finish, http, message, itl) = (
         optional("input_tokens"),
         optional("max_tokens"),
@@ -245,6 +251,10 @@ pub fn read_records(
             last_token_s: opt_num(Some(last))?,
             ended_s: num(ended)?,
             input_tokens: count(input)?,
+            input_tokens_usage: match input_usage.map(at).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(_) => Some(count(input_usage)?),
+            },
             max_tokens: count(max)?,
             ttft_ms: num(ttft)?,
             tpot_ms: num(tpot)?,
@@ -298,6 +308,7 @@ pub fn write_requests_csv(
         "ended_s",
         "schedule_lag_ms",
         "input_tokens",
+        "input_tokens_usage",
         "max_tokens",
         "output_tokens_counted",
         "output_tokens_usage",
@@ -333,6 +344,8 @@ pub fn write_requests_csv(
             format!("{:.6}", r.ended_s),
             f3(r.schedule_lag_ms()),
             r.input_tokens.to_string(),
+            r.input_tokens_usage
+                .map_or(String::new(), |u| u.to_string()),
             r.max_tokens.to_string(),
             r.output_tokens_counted.to_string(),
             r.output_tokens_usage
@@ -374,6 +387,7 @@ mod tests {
             last_token_s: ok.then_some(2.0),
             ended_s: 2.125,
             input_tokens: 512,
+            input_tokens_usage: None,
             max_tokens: 32,
             ttft_ms: if ok { 125.0 } else { 0.0 },
             tpot_ms: if ok { 12.25 } else { 0.0 },

@@ -74,6 +74,12 @@ pub struct LoadConfig {
     /// [`PromptMethod::TextEstimated`] the point replaces the estimate with the ratio of the
     /// server's tokenizer when it serves `/tokenize`.
     pub text_words_per_token: Option<f64>,
+    /// Token ids of token-id prompts: the default range, or one cut to the served model's
+    /// vocabulary (the point measures it before any load).
+    pub token_ids: super::prompt::TokenRange,
+    /// Text prompts: tokens the server's chat template adds to each request, taken off its
+    /// text so that the server counts the scheduled length.
+    pub chat_template_tokens: u32,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,
     /// A cap on requests in flight (open loop); `None` = no cap.
@@ -164,6 +170,8 @@ impl LoadConfig {
             min_tokens: stop.is_none_or(|s| s.fixed_output_length),
             temperature: manifest.sampling.as_ref().and_then(|s| s.temperature),
             text_words_per_token: None,
+            token_ids: super::prompt::TokenRange::DEFAULT,
+            chat_template_tokens: 0,
             prompt_method: PromptMethod::TokenIds,
             max_in_flight: None,
             progress: false,
@@ -298,6 +306,172 @@ pub struct ClientFacts {
     /// shared one. 0 when on time or without a start instant.
     #[serde(default)]
     pub start_lateness_ms: f64,
+    /// The measured failures by what the server or the connection said, most frequent
+    /// first (at most [`ErrorCount::KEPT`]): why a point lost its requests, in the
+    /// server's own words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ErrorCount>,
+    /// Every request the run sent, warmup included: what the engine's own counters saw
+    /// over the point, for the truth checks.
+    #[serde(default)]
+    pub totals: RunTotals,
+}
+
+/// What a run sent and got back over every request, warmup included (the engine's counters
+/// see them all), for comparison with the engine's own figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunTotals {
+    /// Requests that completed.
+    pub completed: u64,
+    /// Requests that failed or were cancelled (the engine may have counted part of them).
+    pub not_completed: u64,
+    /// Prompt tokens of the completed requests as scheduled: for token-id prompts exactly
+    /// the ids sent.
+    pub prompt_tokens_scheduled: u64,
+    /// `usage.prompt_tokens` summed over the completed requests that reported it.
+    pub prompt_tokens_usage: u64,
+    /// Completed requests that reported `usage.prompt_tokens`.
+    pub prompt_usage_reports: u64,
+    /// Output tokens of the completed requests (usage when reported, else counted chunks).
+    pub completion_tokens: u64,
+    /// Sum of the completed requests' time to first token from their actual send (ms): the
+    /// engine's TTFT plus the client and the wire, without the client's schedule lag.
+    pub ttft_from_send_ms_sum: f64,
+    /// The median of those (ms); `None` once runs were merged (a median does not add).
+    pub ttft_from_send_p50_ms: Option<f64>,
+    /// Completed requests by the length of the shared prefix their prompt began with
+    /// (tokens; warm cache only): what a prefix cache can serve.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub shared_prefix_tokens: std::collections::BTreeMap<u32, u64>,
+}
+
+impl RunTotals {
+    /// The totals of `records` (every record of a run), where a request's shared prefix is
+    /// `prefix_tokens` long, capped one below its prompt (warm cache; `None`: cold).
+    pub fn of(records: &[RequestRecord], prefix_tokens: Option<u32>) -> RunTotals {
+        let done: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+        let mut ttft: Vec<f64> = done
+            .iter()
+            .filter_map(|r| Some((r.first_token_s? - r.sent_s) * 1e3))
+            .collect();
+        ttft.sort_by(f64::total_cmp);
+        let mut shared = std::collections::BTreeMap::new();
+        if let Some(p) = prefix_tokens {
+            for r in &done {
+                *shared
+                    .entry(p.min(r.input_tokens.saturating_sub(1)))
+                    .or_default() += 1;
+            }
+        }
+        RunTotals {
+            completed: done.len() as u64,
+            not_completed: (records.len() - done.len()) as u64,
+            prompt_tokens_scheduled: done.iter().map(|r| u64::from(r.input_tokens)).sum(),
+            prompt_tokens_usage: done
+                .iter()
+                .filter_map(|r| r.input_tokens_usage.map(u64::from))
+                .sum(),
+            prompt_usage_reports: done
+                .iter()
+                .filter(|r| r.input_tokens_usage.is_some())
+                .count() as u64,
+            completion_tokens: done.iter().map(|r| u64::from(r.output_tokens)).sum(),
+            ttft_from_send_ms_sum: ttft.iter().sum(),
+            ttft_from_send_p50_ms: crate::analysis::nearest_rank(&ttft, 0.5),
+            shared_prefix_tokens: shared,
+        }
+    }
+
+    /// `other`'s requests added to these (a continuation, a shard).
+    pub fn add(&mut self, other: &RunTotals) {
+        self.completed += other.completed;
+        self.not_completed += other.not_completed;
+        self.prompt_tokens_scheduled += other.prompt_tokens_scheduled;
+        self.prompt_tokens_usage += other.prompt_tokens_usage;
+        self.prompt_usage_reports += other.prompt_usage_reports;
+        self.completion_tokens += other.completion_tokens;
+        self.ttft_from_send_ms_sum += other.ttft_from_send_ms_sum;
+        self.ttft_from_send_p50_ms = None;
+        for (len, n) in &other.shared_prefix_tokens {
+            *self.shared_prefix_tokens.entry(*len).or_default() += n;
+        }
+    }
+
+    /// Times multiplied by `k` (a run against an engine `k` times faster than real time).
+    pub fn rescale(&mut self, k: f64) {
+        self.ttft_from_send_ms_sum *= k;
+        self.ttft_from_send_p50_ms = self.ttft_from_send_p50_ms.map(|t| t * k);
+    }
+
+    /// Mean time to first token from the actual send (ms).
+    pub fn mean_ttft_from_send_ms(&self) -> Option<f64> {
+        (self.completed > 0).then(|| self.ttft_from_send_ms_sum / self.completed as f64)
+    }
+}
+
+/// How many measured requests failed with one status and message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCount {
+    /// The record's status (`http_status`, `stream_error`, `connection`, ...).
+    pub status: String,
+    /// The server's message (or the connection's error), as recorded.
+    pub message: String,
+    /// Failed requests with both.
+    pub count: u64,
+}
+
+impl ErrorCount {
+    /// Distinct failures kept in a summary.
+    pub const KEPT: usize = 5;
+
+    /// The failures among `records`, most frequent first (ties by message), at most
+    /// [`Self::KEPT`].
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a RequestRecord>) -> Vec<ErrorCount> {
+        Self::merge(
+            records
+                .into_iter()
+                .filter(|r| !r.ok() && !r.aborted())
+                .map(|r| ErrorCount {
+                    status: r.status.to_owned(),
+                    message: r.error_message.clone().unwrap_or_default(),
+                    count: 1,
+                }),
+        )
+    }
+
+    /// Counts of the same status and message added up (a point's shards), most frequent
+    /// first, at most [`Self::KEPT`].
+    pub fn merge(counts: impl IntoIterator<Item = ErrorCount>) -> Vec<ErrorCount> {
+        let mut by: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for c in counts {
+            *by.entry((c.status, c.message)).or_default() += c.count;
+        }
+        let mut out: Vec<ErrorCount> = by
+            .into_iter()
+            .map(|((status, message), count)| ErrorCount {
+                status,
+                message,
+                count,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.message.cmp(&b.message))
+        });
+        out.truncate(Self::KEPT);
+        out
+    }
+}
+
+impl std::fmt::Display for ErrorCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{} × {}", self.count, self.status)
+        } else {
+            write!(f, "{} × {}: {}", self.count, self.status, self.message)
+        }
+    }
 }
 
 impl ClientFacts {
@@ -322,6 +496,7 @@ impl ClientFacts {
             })
             .count() as u64;
         self.short_outputs = measured.iter().filter(|r| r.short_output()).count() as u64;
+        self.errors = ErrorCount::of(measured);
     }
 }
 
@@ -382,6 +557,8 @@ impl Shared {
             prompt: build_prompt(
                 self.config.text_words_per_token.is_some(),
                 self.config.text_words_per_token.unwrap_or(1.0),
+                self.config.token_ids,
+                self.config.chat_template_tokens,
                 self.config.seed,
                 r.index,
                 r.input_tokens,
@@ -463,6 +640,8 @@ pub async fn prewarm(client: &reqwest::Client, config: &LoadConfig, input_tokens
             prompt: build_prompt(
                 config.text_words_per_token.is_some(),
                 config.text_words_per_token.unwrap_or(1.0),
+                config.token_ids,
+                config.chat_template_tokens,
                 config.seed,
                 u64::MAX - u64::from(p),
                 input_tokens.max(sp.tokens + 1),
@@ -692,6 +871,9 @@ pub async fn run_point_from(
     );
     run.client.early_stop = early;
     run.client.cancelled_at_stop = cancelled_at_stop;
+    // The engine worked on the cancelled requests, for as long as they ran: what it counted
+    // no longer matches the client's completions.
+    run.client.totals.not_completed += cancelled_at_stop;
     run.client.refresh_from(&run.records);
     run
 }
@@ -824,6 +1006,11 @@ fn finish(
     incomplete: bool,
 ) -> PointRun {
     let cfg = &shared.config;
+    let prefix_tokens = match (cfg.cache, cfg.shared_prefix) {
+        (CacheMode::Warm, Some(p)) => Some(p.tokens),
+        _ => None,
+    };
+    let totals = RunTotals::of(&all, prefix_tokens);
     let (measured, warmup): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| cfg.is_measured(r));
     let first = measured
         .iter()
@@ -851,6 +1038,7 @@ fn finish(
         window_s,
         incomplete,
         in_flight_series,
+        totals,
         ..ClientFacts::default()
     };
     client.refresh_from(&measured);

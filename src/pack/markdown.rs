@@ -17,6 +17,13 @@ use crate::planning::cost::Cost;
 pub fn sweep_markdown(result: &BenchResult) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Capacity sweep: {}\n", result.name);
+    if let Some(when) = &result.interrupted {
+        let _ = writeln!(
+            out,
+            "**INCOMPLETE: the run was interrupted {when}.** The points after it never ran: \
+             no capacity or plan below is the benchmark's result.\n"
+        );
+    }
     let _ = writeln!(
         out,
         "Started {}, ran {:.0} s (wall clock). {}\n",
@@ -471,6 +478,11 @@ fn point_notes(result: &BenchResult, rows: &[PointRow<'_>]) -> String {
         };
         let _ = writeln!(validity, "- {}: not evidence — {why}", label(row));
     }
+    for row in rows.iter().filter(|r| r.point.valid) {
+        for note in &row.point.validity_notes {
+            let _ = writeln!(validity, "- {}: evidence, although {note}", label(row));
+        }
+    }
     section(&mut out, "Validity", &validity);
 
     let mut engine = String::new();
@@ -481,6 +493,14 @@ fn point_notes(result: &BenchResult, rows: &[PointRow<'_>]) -> String {
         }
     }
     section(&mut out, "Engine findings", &engine);
+
+    let mut truth = String::new();
+    for row in rows {
+        if let Some(t) = &row.point.engine_truth {
+            let _ = writeln!(truth, "- {}: {}", label(row), truth_line(t));
+        }
+    }
+    section(&mut out, "Client beside engine", &truth);
 
     let mut littles = String::new();
     for row in rows {
@@ -509,6 +529,57 @@ fn point_notes(result: &BenchResult, rows: &[PointRow<'_>]) -> String {
         let _ = writeln!(out, "Prefix-cache hit rate: {}.\n", hits.join(" · "));
     }
     out
+}
+
+/// One point's truth checks in a line: each figure as the client and the engine have it.
+fn truth_line(t: &crate::engine_metrics::truth::EngineTruth) -> String {
+    let mut parts = Vec::new();
+    let pair = |c: &crate::engine_metrics::truth::Counted| {
+        if c.equal() {
+            format!("{:.0} both", c.client)
+        } else {
+            format!("{:.0} client / {:.0} engine", c.client, c.engine)
+        }
+    };
+    if let Some(c) = &t.requests {
+        parts.push(format!("requests {}", pair(c)));
+    }
+    if let Some(p) = &t.prompt_tokens {
+        parts.push(format!(
+            "prompt tokens {} ({})",
+            pair(&p.counted),
+            p.client_source
+        ));
+        if let Some(e) = p.sizing_error {
+            parts.push(format!("prompt sizing {:+.1}% off the schedule", e * 100.0));
+        }
+    }
+    if let Some(c) = &t.output_tokens {
+        parts.push(format!("output tokens {}", pair(c)));
+    }
+    if let Some(x) = &t.ttft {
+        let mut ttft = format!(
+            "TTFT mean {:.1} ms client / {:.1} ms engine ({:+.1} ms)",
+            x.client_mean_ms, x.engine_mean_ms, x.mean_gap_ms
+        );
+        if let (Some(c), Some(e), Some((lo, hi))) =
+            (x.client_p50_ms, x.engine_p50_ms, x.engine_p50_bucket_ms)
+        {
+            let _ = write!(
+                ttft,
+                ", P50 {c:.1} / {e:.1} ms (engine bucket {lo:.0}–{hi:.0} ms)"
+            );
+        }
+        parts.push(ttft);
+    }
+    if let Some(p) = &t.prefix_cache {
+        parts.push(format!(
+            "prefix-cache hit rate {} engine / {} the workload's share",
+            pct(Some(p.engine_hit_rate)),
+            pct(Some(p.expected_hit_rate))
+        ));
+    }
+    parts.join(" · ")
 }
 
 /// Appends `### title` and `body` when `body` says something.
@@ -782,6 +853,13 @@ pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// why, the replica arithmetic, and the caveat that it assumes linear scaling.
 pub fn plan_markdown(result: &BenchResult) -> String {
     let mut out = format!("# Replica plan: {}\n\n", result.name);
+    if let Some(when) = &result.interrupted {
+        let _ = writeln!(
+            out,
+            "**INCOMPLETE: the run was interrupted {when}; this plan is not the benchmark's \
+             result.**\n"
+        );
+    }
     out.push_str(&capacity_section(result));
     out.push_str(&peak_section(result));
     match (&result.peak, &result.plan) {

@@ -396,6 +396,7 @@ mod tests {
             queue_trend: Some("flat".into()),
             slos_met: verdict == FinishedPoint::PASS,
             valid: true,
+            client_behind: false,
             verdict: verdict.into(),
             reasons: vec![],
             result_config_map: None,

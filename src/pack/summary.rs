@@ -28,6 +28,12 @@ pub fn summary_text(result: &BenchResult) -> String {
         t.replicas,
         t.gpus_per_replica
     );
+    if let Some(when) = &result.interrupted {
+        let _ = writeln!(
+            out,
+            "INCOMPLETE: interrupted {when}; what follows is partial, not the benchmark's result"
+        );
+    }
     if result.modes.is_empty() {
         out.push_str("no cache mode was run\n");
     }
@@ -83,7 +89,14 @@ fn mode_lines(mode: &ModeResult, gate: &GateConfig) -> String {
             rate(cap),
             opt_rate(mode.capacity_per_replica_rps)
         ),
-        None => "capacity: none passed".into(),
+        None => match mode.client_limit.filter(|l| l.starved) {
+            Some(l) => format!(
+                "capacity: not measured (the load generator is starved: it fell behind its \
+                 schedule at {} RPS, the lowest rate tried)",
+                rate(l.rate)
+            ),
+            None => "capacity: none passed".into(),
+        },
     };
     let capacity = match mode.prediction {
         Some(p) => format!("{capacity} · model predicted {} RPS", rate(p.predicted_rps)),

@@ -140,11 +140,14 @@ fn point(mode: CacheMode, rate: f64, repeat: u32, report: PointReport) -> PointR
         report,
         valid: true,
         validity_reasons: Vec::new(),
+        client_behind: false,
+        validity_notes: Vec::new(),
         queue_trend_source: "engine".into(),
         engine_findings: Some(EngineFindings {
             prefix_cache_hit_rate: Some(if warm { 0.62 } else { 0.01 }),
             ..EngineFindings::default()
         }),
+        engine_truth: None,
         littles_law: None,
         schedule_lag_p99_ms: 1.5,
         engine_lateness: None,
@@ -230,6 +233,7 @@ fn mode(cache: CacheMode, points: Vec<PointResult>, repeats: u32) -> ModeResult 
         mean_prefix_cache_hit_rate: (!hits.is_empty())
             .then(|| hits.iter().sum::<f64>() / hits.len() as f64),
         cost,
+        client_limit: None,
     }
 }
 
@@ -376,6 +380,7 @@ fn fixture(repeats: u32) -> BenchResult {
         failure_tests: Vec::new(),
         calibration: None,
         cost: Cost::sum([&cold_cost, &warm_cost]),
+        interrupted: None,
     }
 }
 

@@ -68,6 +68,12 @@ pub struct Resolved {
     pub time_scale: f64,
     /// Version of goodput that ran the benchmark.
     pub goodput_version: String,
+    /// The CPUs the load generator could run on and how many the machine has
+    /// (`0 of 2`): a client that shares its cores with an engine on the same machine
+    /// competes with it, so the two are pinned apart (`taskset`, cpusets) and this says
+    /// how the run was placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpus: Option<String>,
 }
 
 /// The model under test. Revisions must be immutable (no `latest`).

@@ -560,6 +560,7 @@ fn client_records_lagging(
                     sent + 0.5
                 },
                 input_tokens: 100,
+                input_tokens_usage: None,
                 max_tokens: tokens,
                 ttft_ms: if ok { ttft_ms } else { 0.0 },
                 tpot_ms: if ok { tpot_ms } else { 0.0 },

@@ -70,6 +70,8 @@ fn config(target: String, rate: f64) -> LoadConfig {
         min_tokens: false,
         temperature: None,
         text_words_per_token: None,
+        token_ids: goodput::loadgen::prompt::TokenRange::DEFAULT,
+        chat_template_tokens: 0,
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,
@@ -814,6 +816,8 @@ async fn a_chat_point_calibrates_its_text_against_the_engines_tokenizer() {
     let config = LoadConfig {
         api: Api::Chat,
         text_words_per_token: Some(goodput::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN),
+        token_ids: goodput::loadgen::prompt::TokenRange::DEFAULT,
+        chat_template_tokens: 0,
         prompt_method: PromptMethod::TextEstimated,
         ..config(f.router_url(), 20.0)
     };

@@ -34,6 +34,7 @@ fn point(rate: f64, verdict: &str) -> FinishedPoint {
         queue_trend: Some("flat".into()),
         slos_met: false,
         valid: true,
+        client_behind: false,
         verdict: verdict.into(),
         reasons: vec![],
         result_config_map: None,
@@ -66,6 +67,8 @@ fn benchmark() -> CapacityBenchmark {
             bracket: None,
             refinements: Vec::new(),
             placement: None,
+            client_limit_rps: None,
+            loadgen_starved: false,
         }],
         capacity_rps: Some(24.0),
         pack: Some("pvc/results/qwen/g1/".into()),
@@ -206,6 +209,8 @@ fn finished(points: Vec<FinishedPoint>, capacity: Option<f64>) -> CapacityBenchm
             bracket: None,
             refinements: Vec::new(),
             placement: None,
+            client_limit_rps: None,
+            loadgen_starved: false,
         }],
         ..Default::default()
     }

@@ -49,6 +49,8 @@ fn config() -> LoadConfig {
         min_tokens: false,
         temperature: None,
         text_words_per_token: None,
+        token_ids: crate::loadgen::prompt::TokenRange::DEFAULT,
+        chat_template_tokens: 0,
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,
@@ -104,6 +106,7 @@ fn record(i: u64) -> RequestRecord {
         last_token_s: None,
         ended_s: sent_s + 0.001,
         input_tokens: 64,
+        input_tokens_usage: None,
         max_tokens: 32,
         ttft_ms: 0.0,
         tpot_ms: 0.0,
@@ -182,6 +185,8 @@ fn measured(shard: u32, shards: u32) -> (MeasuredPoint, PointSummaryFile, PointP
             block_reasons: Vec::new(),
         },
         started_unix_s: 1.0e9,
+        vocabulary: None,
+        chat_sizing: None,
         prompt_method: PromptMethod::TokenIds,
     };
     let summary = m.summarize(&config(), &plan).expect("summarises");
@@ -487,6 +492,8 @@ fn an_invalid_or_late_shard_makes_the_point_invalid_and_shifts_its_timeline() {
     shards[2].summary.validity = super::super::point::Validity {
         valid: false,
         reasons: vec!["the run was stopped before its schedule ended".into()],
+        client_behind: false,
+        notes: Vec::new(),
     };
     shards[3].summary.client.start_lateness_ms = 250.0;
     let merged = merge_shards(&shards, &gate()).expect("merges");

@@ -1,0 +1,354 @@
+//! goodput against a real engine: vLLM's CPU build serving the tiny test model
+//! (`tests/support/real_engine.rs`). The client runs as a user runs it, `goodput` started in
+//! a session of its own on the CPU the engine does not use; every figure is held to what
+//! the engine itself counted.
+
+use std::path::Path;
+
+use goodput::bench::result::BenchResult;
+use goodput::loadgen::point::PointSummaryFile;
+
+use crate::MACHINE;
+use crate::engine_fixture::{self, MODEL, RealEngine};
+
+const EXAMPLE: &str = include_str!("../../examples/capacity-benchmark-vllm-cpu.yaml");
+
+/// The example benchmark pointed at `engine`, with `experiments` in place of its own.
+fn benchmark(engine: &RealEngine, experiments: Option<&str>) -> String {
+    let yaml = EXAMPLE.replace("http://127.0.0.1:18000", &engine.url);
+    match experiments {
+        Some(e) => {
+            let start = yaml
+                .find("  experiments:\n")
+                .expect("the example has experiments");
+            let end = yaml.find("  peak:").expect("the example has a peak");
+            format!("{}  experiments:\n{e}{}", &yaml[..start], &yaml[end..])
+        }
+        None => yaml,
+    }
+}
+
+fn read_summary(dir: &Path) -> PointSummaryFile {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// `goodput loadgen` at `rate` with `args`, writing into `out`.
+fn loadgen(engine: &RealEngine, manifest: &Path, rate: f64, out: &Path, args: &[&str]) {
+    let rate = rate.to_string();
+    let mut all = vec![
+        "loadgen",
+        "--target",
+        &engine.url,
+        "--model",
+        MODEL,
+        "--manifest",
+        manifest.to_str().expect("a UTF-8 path"),
+        "--rate",
+        &rate,
+        "--metrics-url",
+        &engine.url,
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+        "--quiet",
+    ];
+    all.extend_from_slice(args);
+    let output = engine_fixture::goodput(&all)
+        .output()
+        .expect("goodput loadgen runs");
+    assert!(
+        output.status.success(),
+        "goodput loadgen: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The example's frozen manifest, for `goodput loadgen --manifest`.
+fn manifest_file(dir: &Path) -> std::path::PathBuf {
+    let loaded = goodput::api::parse_benchmark(EXAMPLE, Path::new("example.yaml"))
+        .expect("the example parses");
+    let path = dir.join("workload-manifest.yaml");
+    std::fs::write(
+        &path,
+        serde_saphyr::to_string(&loaded.manifest).expect("the manifest serialises"),
+    )
+    .expect("manifest written");
+    path
+}
+
+/// The page of the pinned version answers every concept of goodput's vLLM profile (the
+/// hit rate from its counters), states its cache block, and `/version` the version.
+#[test]
+fn the_live_vllm_page_answers_every_concept_of_its_profile() {
+    let _machine = MACHINE.whole_blocking();
+    let Some(engine) = engine_fixture::vllm("the_live_vllm_page_answers_every_concept") else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = goodput::http_client::load_client(false).expect("an HTTP client");
+    let (page, identity) = runtime.block_on(async {
+        let page = goodput::engine_metrics::scrape::scrape_once(
+            &client,
+            &format!("{}/metrics", engine.url),
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .expect("the page answers");
+        let identity = goodput::engine_metrics::identify::identify(
+            &client,
+            &engine.url,
+            std::slice::from_ref(&engine.url),
+        )
+        .await;
+        (page, identity)
+    });
+    let found = goodput::engine_metrics::profile::detect(&page.samples).expect("an engine");
+    assert_eq!(found.engine.as_str(), "vllm");
+    assert!(found.missing.is_empty(), "missing: {:?}", found.missing);
+    assert!(
+        found.deprecated.is_empty(),
+        "aliases: {:?}",
+        found.deprecated
+    );
+    assert_eq!(
+        goodput::engine_metrics::profile::cache_block_size(&page.samples, found.engine),
+        Some(128.0)
+    );
+    assert_eq!(identity.engine.as_deref(), Some("vllm"));
+    assert_eq!(identity.version.as_deref(), Some("0.32.0"));
+    assert_eq!(identity.served_models, [MODEL]);
+    // The engine's whole session stays on its CPU, apart from the client's.
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", engine.pid)).expect("its status");
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(str::trim);
+    assert_eq!(allowed, Some(crate::engine_fixture::ENGINE_CPUS));
+}
+
+/// One cold and one warm point of `goodput loadgen` (the example's classes): token-id
+/// prompts inside the served
+/// vocabulary (8,192 ids, found by probing), and the client's figures equal to the
+/// engine's own counters: requests, prompt tokens (exactly, for token ids), output tokens;
+/// the client's TTFT over the engine's by the client and the wire only (under 5 ms on
+/// loopback); the cold hit rate under 1%, the warm one within 5 points of what the
+/// workload implies.
+#[test]
+fn a_point_is_counted_alike_by_the_client_and_the_engine() {
+    let _machine = MACHINE.whole_blocking();
+    let Some(engine) = engine_fixture::vllm("a_point_is_counted_alike") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest_file(dir.path());
+    for (cache, extra) in [
+        ("cold", &[][..]),
+        (
+            "warm",
+            &["--prefix-pool", "4", "--prefix-tokens", "256"][..],
+        ),
+    ] {
+        let out = dir.path().join(cache);
+        // 150 requests at 6 RPS (the example's capacity is about 7): a 25 s point, too
+        // few for the sample rule, which these checks do not need.
+        let mut args = vec!["--cache", cache, "--requests", "150", "--max-blocks", "1"];
+        args.extend_from_slice(extra);
+        loadgen(engine, &manifest, 6.0, &out, &args);
+        let s = read_summary(&out);
+        let v = s.vocabulary.as_ref().expect("the vocabulary was probed");
+        assert_eq!(v.size, Some(8192), "{v:?}");
+        assert!(v.token_ids.hi <= 8192, "{v:?}");
+        assert_eq!(s.report.failed, 0, "{:?}", s.client.errors);
+        assert!(s.validity.valid, "{:?}", s.validity.reasons);
+        let t = s.engine_truth.as_ref().expect("truth checks");
+        // The short class's prompts (128 tokens) share 127 with the pool: less than one
+        // of vLLM's 128-token cache blocks, so they never hit, and the point says so.
+        let (block, others): (Vec<&String>, Vec<&String>) = t
+            .flags
+            .iter()
+            .partition(|f| f.contains("shorter than the engine's cache block of 128"));
+        assert!(others.is_empty(), "{cache}: {others:?}");
+        assert_eq!(
+            block.len(),
+            usize::from(cache == "warm"),
+            "{cache}: {block:?}"
+        );
+        let requests = t.requests.expect("requests counted");
+        assert!(requests.equal() && requests.client > 0.0, "{requests:?}");
+        let prompt = t.prompt_tokens.as_ref().expect("prompt tokens counted");
+        assert_eq!(prompt.client_source, "token ids sent");
+        assert!(prompt.counted.equal(), "{prompt:?}");
+        assert!(t.output_tokens.expect("output tokens").equal());
+        let ttft = t.ttft.expect("TTFT on both sides");
+        assert!(
+            (0.0..5.0).contains(&ttft.mean_gap_ms),
+            "{cache}: client − engine mean TTFT {:.2} ms",
+            ttft.mean_gap_ms
+        );
+        let hits = t.prefix_cache.expect("prefix-cache counters");
+        eprintln!(
+            "{cache}: {} requests, TTFT client {:.1} ms engine {:.1} ms (P50 {:?} / {:?} in \
+             {:?}), hit rate {:.3} expected {:.3}",
+            requests.client,
+            ttft.client_mean_ms,
+            ttft.engine_mean_ms,
+            ttft.client_p50_ms,
+            ttft.engine_p50_ms,
+            ttft.engine_p50_bucket_ms,
+            hits.engine_hit_rate,
+            hits.expected_hit_rate
+        );
+        if cache == "cold" {
+            assert!(hits.engine_hit_rate < 0.01, "{hits:?}");
+            assert_eq!(hits.expected_hit_rate, 0.0);
+        } else {
+            assert!(hits.expected_hit_rate > 0.3, "{hits:?}");
+            assert!(
+                (hits.engine_hit_rate - hits.expected_hit_rate).abs() <= 0.05,
+                "{hits:?}"
+            );
+        }
+    }
+}
+
+/// A chat point: its text is sized with the server's tokenizer, the chat template's own
+/// tokens (3 in the test model's template) taken off, and the prompt tokens the server
+/// counted (`usage.prompt_tokens`, which the engine's counter confirms) are the
+/// schedule's within 2%.
+#[test]
+fn chat_prompts_are_sized_with_the_servers_tokenizer_and_template() {
+    let _machine = MACHINE.whole_blocking();
+    let Some(engine) = engine_fixture::vllm("chat_prompts_are_sized") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = manifest_file(dir.path());
+    let out = dir.path().join("chat");
+    loadgen(
+        engine,
+        &manifest,
+        6.0,
+        &out,
+        &["--api", "chat", "--requests", "150", "--max-blocks", "1"],
+    );
+    let s = read_summary(&out);
+    let sizing = s.chat_sizing.as_ref().expect("sized with /tokenize");
+    assert_eq!(sizing.template_tokens, 3, "{sizing:?}");
+    assert!(sizing.tokenizer.ends_with("(prompt)"), "{sizing:?}");
+    assert_eq!(s.report.failed, 0, "{:?}", s.client.errors);
+    let t = s.engine_truth.as_ref().expect("truth checks");
+    assert!(t.flags.is_empty(), "{:?}", t.flags);
+    let prompt = t.prompt_tokens.as_ref().expect("prompt tokens");
+    assert_eq!(prompt.client_source, "usage.prompt_tokens");
+    assert!(prompt.counted.equal(), "{prompt:?}");
+    let error = prompt.sizing_error.expect("a sizing error");
+    assert!(error.abs() < 0.02, "{prompt:?}");
+    // requests.csv keeps both lengths: the schedule's and the server's.
+    let csv = std::fs::read_to_string(out.join("requests.csv")).expect("requests.csv");
+    assert!(
+        csv.lines()
+            .next()
+            .is_some_and(|h| h.contains("input_tokens_usage"))
+    );
+}
+
+/// `goodput bench` on the example, started in its own session as CI or a detached shell
+/// would start it: a capacity with a bracket within 10% whose ends are valid points, every
+/// point valid, in under 15 minutes, and a pack that says how it was measured.
+#[test]
+fn goodput_bench_finds_the_capacity_of_vllm() {
+    let _machine = MACHINE.whole_blocking();
+    let Some(engine) = engine_fixture::vllm("goodput_bench_finds_the_capacity_of_vllm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = dir.path().join("benchmark.yaml");
+    std::fs::write(&spec, benchmark(engine, None)).expect("benchmark written");
+    let out = dir.path().join("pack");
+    let started = std::time::Instant::now();
+    let output = engine_fixture::goodput(&[
+        "bench",
+        spec.to_str().expect("a UTF-8 path"),
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+        "--quiet",
+    ])
+    .output()
+    .expect("goodput bench runs");
+    let wall = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "goodput bench: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{stdout}(wall {:.0} s)", wall.as_secs_f64());
+    let result: BenchResult =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
+            .expect("sweep.json parses");
+    assert!(wall.as_secs() < 15 * 60, "{wall:?}");
+    assert_eq!(result.target.engine_profile.as_deref(), Some("vllm"));
+    let cold = &result.modes[0];
+    let invalid: Vec<_> = cold
+        .points
+        .iter()
+        .filter(|p| !p.valid)
+        .map(|p| (p.offered_rps, &p.validity_reasons))
+        .collect();
+    assert!(invalid.is_empty(), "{invalid:?}");
+    let capacity = cold.capacity_rps.expect("a capacity");
+    let bracket = cold.bracket.expect("a bracket");
+    assert_eq!(bracket.pass, capacity);
+    assert!(bracket.width() <= 0.10, "{bracket:?}");
+    // Held to the engine's own ceiling: no open-loop capacity above what a closed loop at
+    // the highest concurrency completed.
+    let ceiling = cold
+        .saturation
+        .as_ref()
+        .and_then(|s| s.levels.iter().map(|l| l.throughput_rps).reduce(f64::max))
+        .expect("saturation levels");
+    assert!(
+        capacity < ceiling,
+        "capacity {capacity} over the closed-loop {ceiling}"
+    );
+    // Every rate point was counted alike by client and engine.
+    for p in &cold.points {
+        let flags = p.engine_findings.as_ref().map(|f| &f.flags);
+        assert!(
+            flags.is_none_or(|f| f.iter().all(|f| !f.contains("the client"))),
+            "{} RPS: {flags:?}",
+            p.offered_rps
+        );
+    }
+    let manifest =
+        std::fs::read_to_string(out.join("workload-manifest.yaml")).expect("the manifest");
+    assert!(
+        manifest.contains("engine_version: \"0.32.0\""),
+        "{manifest}"
+    );
+    // The pack says where the client ran: apart from the engine.
+    assert!(manifest.contains("client_cpus: 0 of 0-1"), "{manifest}");
+
+    // `goodput loadgen` at the capacity, on the same schedule, keeps its schedule as the
+    // bench did: the same lag within 1 ms.
+    let at_capacity = cold
+        .points
+        .iter()
+        .find(|p| p.offered_rps == capacity)
+        .expect("the capacity's point");
+    let alone = dir.path().join("loadgen");
+    loadgen(engine, &manifest_file(dir.path()), capacity, &alone, &[]);
+    let s = read_summary(&alone);
+    eprintln!(
+        "lag P99 at {capacity} RPS: bench {:.2} ms, loadgen {:.2} ms",
+        at_capacity.schedule_lag_p99_ms, s.client.schedule_lag_ms.p99
+    );
+    assert!(
+        (s.client.schedule_lag_ms.p99 - at_capacity.schedule_lag_p99_ms).abs() < 1.0,
+        "bench {} ms, loadgen {} ms",
+        at_capacity.schedule_lag_p99_ms,
+        s.client.schedule_lag_ms.p99
+    );
+}

