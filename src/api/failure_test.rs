@@ -28,6 +28,21 @@ pub struct FailureTest {
     /// The faults, each run as its own test in this order. Default: kill one replica.
     #[serde(default = "default_faults")]
     pub faults: Vec<Fault>,
+    /// A `url` target's engine process on the machine that runs `goodput bench` (not in a
+    /// cluster, where a fault deletes a pod): a real engine has no fault API, so
+    /// `KillReplica` sends SIGKILL to the process whose id this file holds, and the kill is
+    /// detected through the engine's `/health` and `/metrics`. Whatever restarts it (a
+    /// service manager, a supervisor that rewrites the file) is what brings capacity back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_process: Option<EngineProcessRef>,
+}
+
+/// Where a local engine's process id is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineProcessRef {
+    /// A file holding the engine's process id.
+    pub pid_file: String,
 }
 
 impl Default for FailureTest {
@@ -38,6 +53,7 @@ impl Default for FailureTest {
             steady_seconds: default_steady(),
             observe_seconds: default_observe(),
             faults: default_faults(),
+            engine_process: None,
         }
     }
 }

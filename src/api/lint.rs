@@ -546,12 +546,32 @@ impl Lint {
             .target
             .is_simulated()
             .then(|| spec.target.simulated.as_ref().map_or(1, |s| s.replicas));
-        if spec.target.url.is_some() {
-            self.warning(
+        match (&spec.target.url, &ft.engine_process) {
+            (Some(_), None) => self.warning(
                 at,
                 "faults go in through the simulated engine's admin API: against a URL the \
-                 server must be `goodput serve-sim`",
-            );
+                 server must be `goodput serve-sim`, or name a real engine's process \
+                 (failureTest.engineProcess.pidFile: KillReplica is then a SIGKILL to it)",
+            ),
+            (Some(_), Some(_)) => {
+                for (i, f) in ft.faults.iter().enumerate() {
+                    if f.kind != super::FaultKind::KillReplica {
+                        self.error(
+                            format!("{at}.faults[{i}].kind"),
+                            format!(
+                                "{} needs the simulated engine's admin API; a real engine's \
+                                 process takes KillReplica only",
+                                f.kind
+                            ),
+                        );
+                    }
+                }
+            }
+            (None, Some(_)) => self.warning(
+                format!("{at}.engineProcess"),
+                "only a url target's faults go to a process; it is ignored here",
+            ),
+            (None, None) => {}
         }
         for (i, f) in ft.faults.iter().enumerate() {
             let path = format!("{at}.faults[{i}]");

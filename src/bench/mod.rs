@@ -490,7 +490,7 @@ impl Runner<'_> {
         capacity_rps: Option<f64>,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<crate::failure::FailureReport>, BenchError> {
-        use crate::failure::local::{SimulatedFleet, run_test};
+        use crate::failure::local::{EngineProcess, FaultSite, SimulatedFleet, run_test};
         let Some(rate) = test.rate_rps(capacity_rps) else {
             warnings.push(
                 "failure tests skipped: no rate passed the gate and failureTest.rate is not \
@@ -500,9 +500,17 @@ impl Runner<'_> {
             return Ok(Vec::new());
         };
         let k = self.target.time_scale;
-        let fleet = SimulatedFleet {
-            router_url: self.target.facts.url.clone(),
-            time_scale: k,
+        // A real engine's process when one is named; otherwise the simulated engine's
+        // admin API (in-process, or `goodput serve-sim` behind a URL).
+        let site = match (&self.target.fleet, &test.engine_process) {
+            (None, Some(p)) => FaultSite::Process(EngineProcess {
+                url: self.target.facts.url.clone(),
+                pid_file: p.pid_file.clone().into(),
+            }),
+            _ => FaultSite::Fleet(SimulatedFleet {
+                router_url: self.target.facts.url.clone(),
+                time_scale: k,
+            }),
         };
         let gate = self.manifest.gate_config();
         let point_target = PointTarget {
@@ -533,7 +541,7 @@ impl Runner<'_> {
                     .map_err(|e| BenchError::Spec(e.to_string()))?;
             let done = run_test(
                 &self.client,
-                &fleet,
+                &site,
                 test,
                 fault,
                 (&config, &plan),

@@ -1,7 +1,10 @@
-//! A failure test against the simulated engine (`goodput serve-sim`, or the fleet `goodput
-//! bench` starts): the load runs through the router as a client would, the fault goes in
-//! through the fleet's admin API at its time, and a watcher polls the router's `GET
-//! /replicas` (readiness probe, removal, return, requests routed) while the engines'
+//! A failure test on this machine. Against the simulated engine (`goodput serve-sim`, or the
+//! fleet `goodput bench` starts) the load runs through the router as a client would, the
+//! fault goes in through the fleet's admin API at its time, and a watcher polls the
+//! router's `GET /replicas` (readiness probe, removal, return, requests routed). Against a
+//! real engine's process (a URL target with `failureTest.engineProcess`) the fault is a
+//! SIGKILL to the process whose id its pid file holds (a real engine has no fault API),
+//! and the watcher polls the engine's own `GET /health`. Either way the engines'
 //! `/metrics` are scraped as at every point.
 
 use std::time::Duration;
@@ -69,6 +72,121 @@ impl RouterState {
     /// Requests the router received: routed to a replica or refused for want of one.
     pub fn received(&self) -> u64 {
         self.replicas.iter().map(|r| r.routed).sum::<u64>() + self.no_replica
+    }
+}
+
+/// What a local failure test injects its fault into and watches.
+#[derive(Clone, Debug)]
+pub enum FaultSite {
+    /// The simulated engine's fleet, through its router's admin API.
+    Fleet(SimulatedFleet),
+    /// A real engine's process on this machine.
+    Process(EngineProcess),
+}
+
+impl FaultSite {
+    fn time_scale(&self) -> f64 {
+        match self {
+            FaultSite::Fleet(f) => f.time_scale,
+            FaultSite::Process(_) => 1.0,
+        }
+    }
+}
+
+/// A real engine on this machine: its API (`GET /health` answers while it serves) and the
+/// file holding its process id (a service manager's, or `serve-vllm.sh`'s supervisor's,
+/// rewritten when it restarts the engine).
+#[derive(Clone, Debug)]
+pub struct EngineProcess {
+    /// The engine's base URL.
+    pub url: String,
+    /// The file holding its process id.
+    pub pid_file: std::path::PathBuf,
+}
+
+impl EngineProcess {
+    /// Whether `GET /health` answers 2xx within a second.
+    async fn healthy(&self, client: &reqwest::Client) -> bool {
+        client
+            .get(format!("{}/health", self.url))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// The process id in the pid file.
+    fn pid(&self) -> Result<u32, FailureError> {
+        let text = std::fs::read_to_string(&self.pid_file).map_err(|e| {
+            FailureError::Config(format!(
+                "failureTest.engineProcess.pidFile {}: {e}",
+                self.pid_file.display()
+            ))
+        })?;
+        text.trim().parse().map_err(|_| {
+            FailureError::Config(format!(
+                "failureTest.engineProcess.pidFile {} holds {:?}, not a process id",
+                self.pid_file.display(),
+                text.trim()
+            ))
+        })
+    }
+
+    /// Only `KillReplica` applies to a process, and the engine must be serving.
+    async fn prepare(&self, client: &reqwest::Client, fault: &Fault) -> Result<(), FailureError> {
+        if fault.kind != FaultKind::KillReplica {
+            return Err(FailureError::Config(format!(
+                "failureTest: {} needs the simulated engine's fault API; a real engine's \
+                 process takes KillReplica only",
+                fault.kind
+            )));
+        }
+        self.pid()?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        while !self.healthy(client).await {
+            if tokio::time::Instant::now() > deadline {
+                return Err(FailureError::Config(format!(
+                    "the engine at {} did not answer /health within 300 s",
+                    self.url
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to the engine's process, now; its Unix time (ms).
+    async fn kill(&self) -> Result<u64, FailureError> {
+        let pid = self.pid()?;
+        let at = unix_ms();
+        let status = tokio::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .await
+            .map_err(|e| FailureError::Config(format!("kill -KILL {pid}: {e}")))?;
+        if !status.success() {
+            return Err(FailureError::Config(format!(
+                "kill -KILL {pid} failed ({status}): is the engine's pid file current?"
+            )));
+        }
+        Ok(at)
+    }
+}
+
+/// The signals of a killed engine process from `(Unix ms, /health answered)` polls: the
+/// first failed probe after the kill is its detection (and, with no router in front, the
+/// moment clients stop reaching it), the first answer after that its return.
+fn health_signals(polls: &[(u64, bool)], injected_ms: u64, model: &impl Fn(u64) -> f64) -> Signals {
+    let failed = polls
+        .iter()
+        .find(|(t, ok)| *t >= injected_ms && !ok)
+        .map(|(t, _)| *t);
+    let back = failed.and_then(|f| polls.iter().find(|(t, ok)| *t > f && *ok).map(|(t, _)| *t));
+    Signals {
+        readiness_failed_s: failed.map(model),
+        endpoint_removed_s: failed.map(model),
+        serving_again_s: back.map(model),
+        ..Signals::default()
     }
 }
 
@@ -404,16 +522,24 @@ impl LocalRun {
 /// load's time zero, watches the router throughout, and returns everything in model time.
 pub async fn run_fault(
     client: &reqwest::Client,
-    fleet: &SimulatedFleet,
+    site: &FaultSite,
     fault: &Fault,
     config: &LoadConfig,
     plan: &PointPlan,
     inject_after_s: f64,
     stop: watch::Receiver<bool>,
 ) -> Result<LocalRun, FailureError> {
-    let k = fleet.time_scale;
-    fleet.prepare(client, fault).await?;
-    let before = fleet.state(client).await?;
+    let k = site.time_scale();
+    let before = match site {
+        FaultSite::Fleet(fleet) => {
+            fleet.prepare(client, fault).await?;
+            Some(fleet.state(client).await?)
+        }
+        FaultSite::Process(process) => {
+            process.prepare(client, fault).await?;
+            None
+        }
+    };
     let mut scaled_plan = plan.time_scaled(k);
     // A time zero known in advance: the injection is scheduled on the same clock.
     let zero_unix_s = unix_ms() as f64 / 1e3 + 0.5;
@@ -422,40 +548,50 @@ pub async fn run_fault(
 
     let (done_tx, done_rx) = watch::channel(false);
     let watcher = {
-        let (client, fleet, mut done) = (client.clone(), fleet.clone(), done_rx.clone());
+        let (client, site, mut done) = (client.clone(), site.clone(), done_rx.clone());
         tokio::spawn(async move {
             let mut snaps: Vec<(u64, RouterState)> = Vec::new();
+            let mut polls: Vec<(u64, bool)> = Vec::new();
             loop {
-                if let Ok(s) = fleet.state(&client).await {
-                    snaps.push((unix_ms(), s));
+                match &site {
+                    FaultSite::Fleet(fleet) => {
+                        if let Ok(s) = fleet.state(&client).await {
+                            snaps.push((unix_ms(), s));
+                        }
+                    }
+                    FaultSite::Process(process) => {
+                        let at = unix_ms();
+                        polls.push((at, process.healthy(&client).await));
+                    }
                 }
                 tokio::select! {
                     _ = done.wait_for(|d| *d) => break,
                     () = tokio::time::sleep(POLL) => {}
                 }
             }
-            snaps
+            (snaps, polls)
         })
     };
     let injector = {
-        let (client, fleet, fault) = (client.clone(), fleet.clone(), fault.clone());
+        let (client, site, fault) = (client.clone(), site.clone(), fault.clone());
         let at = zero_unix_s + inject_after_s / k;
         tokio::spawn(async move {
             let wait = at - unix_ms() as f64 / 1e3;
             tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0))).await;
-            fleet.inject(&client, &fault).await
+            match &site {
+                FaultSite::Fleet(fleet) => fleet.inject(&client, &fault).await,
+                FaultSite::Process(process) => Ok((process.kill().await?, None)),
+            }
         })
     };
     let measured = measure_point(client.clone(), &scaled, &scaled_plan, stop).await;
     let _ = done_tx.send(true);
-    let snaps = watcher.await.unwrap_or_default();
-    let injected = injector.await.map_err(|e| FailureError::Fleet {
-        url: fleet.router_url.clone(),
-        message: format!("the injection task failed: {e}"),
-    });
+    let (snaps, polls) = watcher.await.unwrap_or_default();
+    let injected = injector
+        .await
+        .map_err(|e| FailureError::Config(format!("the injection task failed: {e}")));
     let mut measured = measured?;
     let (injected_ms, lifted_ms) = injected??;
-    let after = fleet.state(client).await?;
     measured.rescale(k);
 
     let zero = measured.started_unix_s;
@@ -463,9 +599,23 @@ pub async fn run_fault(
     let injected_s = model(injected_ms);
     let victim = fault.replica as usize;
     let engine = EngineFacts::of(measured.series.as_ref(), injected_s);
-    let mut signals = watched(&snaps, victim, injected_ms, fault.kind, &model);
+    let mut signals = match (site, before) {
+        (FaultSite::Fleet(fleet), Some(before)) => {
+            let after = fleet.state(client).await?;
+            let mut signals = watched(&snaps, victim, injected_ms, fault.kind, &model);
+            // The load generator's vocabulary probes went through the router before the
+            // load: not the load's requests.
+            let probes = measured
+                .vocabulary
+                .as_ref()
+                .map_or(0, |v| u64::from(v.probes));
+            let received = after.received().saturating_sub(before.received());
+            signals.router_received = Some(received.saturating_sub(probes));
+            signals
+        }
+        _ => health_signals(&polls, injected_ms, &model),
+    };
     signals.metrics_gone_s = metrics_gone(measured.series.as_ref(), victim, injected_s);
-    signals.router_received = Some(after.received().saturating_sub(before.received()));
     signals.engine_finished = engine.finished;
     signals.engine_aborted = engine.aborted;
     signals.engine_abort_seen_s = engine.abort_seen_s;
@@ -509,7 +659,7 @@ pub struct TestDone {
 #[allow(clippy::too_many_arguments)]
 pub async fn run_test(
     client: &reqwest::Client,
-    fleet: &SimulatedFleet,
+    site: &FaultSite,
     test: &FailureTest,
     fault: &Fault,
     load: (&LoadConfig, &PointPlan),
@@ -531,7 +681,7 @@ pub async fn run_test(
     );
     let inject_after = config.warmup_s + test.steady_seconds;
     config.cancel = cancel_plan(fault, inject_after);
-    let run = run_fault(client, fleet, fault, &config, &plan, inject_after, stop).await?;
+    let run = run_fault(client, site, fault, &config, &plan, inject_after, stop).await?;
     let (alerts, alerts_error) = match alerts(
         run.measured.series.as_ref(),
         &run.measured.run.records,

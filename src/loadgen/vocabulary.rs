@@ -23,6 +23,10 @@ pub struct Vocabulary {
     pub source: String,
     /// The token ids prompts are drawn from.
     pub token_ids: TokenRange,
+    /// Requests the probe sent to the server, `/v1/models` included (a router in front
+    /// counts them among its requests).
+    #[serde(default)]
+    pub probes: u32,
 }
 
 /// Probes the vocabulary of `model` behind `target` (an OpenAI-compatible base URL).
@@ -38,24 +42,31 @@ pub async fn probe(client: &reqwest::Client, target: &str, model: &str) -> Optio
             } else {
                 TokenRange::within(size)
             },
+            probes: 1,
         });
     }
+    let mut probes = 1;
+    let mut accepts = async |id: u32| {
+        probes += 1;
+        accepts(client, target, model, id).await
+    };
     let top = TokenRange::DEFAULT.hi - 1;
-    if accepts(client, target, model, top).await? {
+    if accepts(top).await? {
         return Some(Vocabulary {
             size: None,
             source: format!("{target}/v1/completions accepted id {top}"),
             token_ids: TokenRange::DEFAULT,
+            probes: 2,
         });
     }
     // Bisection: `lo` is accepted, `hi` refused.
     let (mut lo, mut hi) = (1u32, top);
-    if !accepts(client, target, model, lo).await? {
+    if !accepts(lo).await? {
         return None;
     }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if accepts(client, target, model, mid).await? {
+        if accepts(mid).await? {
             lo = mid;
         } else {
             hi = mid;
@@ -68,6 +79,7 @@ pub async fn probe(client: &reqwest::Client, target: &str, model: &str) -> Optio
             "{target}/v1/completions accepted ids up to {lo} and refused {hi} (bisection)"
         ),
         token_ids: TokenRange::within(size),
+        probes,
     })
 }
 

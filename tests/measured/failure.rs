@@ -12,7 +12,7 @@ use goodput::bench::driver::PointKey;
 use goodput::bench::point_job::{PointTarget, point_load};
 use goodput::bench::{BenchOptions, run_bench};
 use goodput::engine_metrics::scrape::discover_targets;
-use goodput::failure::local::{SimulatedFleet, TestDone, alerts, run_test};
+use goodput::failure::local::{FaultSite, SimulatedFleet, TestDone, alerts, run_test};
 use goodput::failure::{FailureReport, FailureVerdict};
 use goodput::loadgen::point::{PointPlan, measure_time_scaled};
 use goodput::loadgen::run::LoadConfig;
@@ -165,10 +165,10 @@ fn run_fault_on(fleet: Fleet, fault: Fault, rate: f64, steady_s: f64, observe_s:
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         run_test(
             &client,
-            &SimulatedFleet {
+            &FaultSite::Fleet(SimulatedFleet {
                 router_url: fleet.url.clone(),
                 time_scale: K,
-            },
+            }),
             &test,
             &fault,
             (&load.0, &load.1),

@@ -331,15 +331,21 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
     // The pack says where the client ran: apart from the engine.
     assert!(manifest.contains("client_cpus: 0 of 0-1"), "{manifest}");
 
-    // `goodput loadgen` at the capacity, on the same schedule, keeps its schedule as the
-    // bench did: the same lag within 1 ms.
+    // `goodput loadgen` at the capacity keeps its schedule as the bench did: the same lag
+    // within 1 ms.
     let at_capacity = cold
         .points
         .iter()
         .find(|p| p.offered_rps == capacity)
         .expect("the capacity's point");
     let alone = dir.path().join("loadgen");
-    loadgen(engine, &manifest_file(dir.path()), capacity, &alone, &[]);
+    loadgen(
+        engine,
+        &manifest_file(dir.path()),
+        capacity,
+        &alone,
+        &["--requests", "240", "--max-blocks", "1"],
+    );
     let s = read_summary(&alone);
     eprintln!(
         "lag P99 at {capacity} RPS: bench {:.2} ms, loadgen {:.2} ms",
@@ -351,4 +357,99 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
         at_capacity.schedule_lag_p99_ms,
         s.client.schedule_lag_ms.p99
     );
+}
+
+/// `goodput bench` with a failure test that kills the engine's process (SIGKILL: a real
+/// engine has no fault API) while the load runs: the kill is detected through its
+/// `/health` within a second, the requests it held and those sent while it was down fail
+/// honestly (counted, with the connection's error), and the supervisor's restart brings
+/// capacity back, which the report says.
+#[test]
+fn a_killed_engine_is_detected_and_its_restart_brings_capacity_back() {
+    let _machine = MACHINE.whole_blocking();
+    let Some(engine) = engine_fixture::supervised_vllm("a_killed_engine_is_detected") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = EXAMPLE
+        .replace("http://127.0.0.1:18000", &engine.url)
+        .replace(
+            "initial_scheduled_requests: 360",
+            "initial_scheduled_requests: 90",
+        )
+        .replace("{short: 180, long: 180}", "{short: 45, long: 45}")
+        .replace(
+            "min_successful_samples_per_class: 150",
+            "min_successful_samples_per_class: 30",
+        );
+    assert!(
+        yaml.contains("initial_scheduled_requests: 90") && yaml.contains("per_class: 30"),
+        "the example's schedule was shortened"
+    );
+    let start = yaml.find("  experiments:\n").expect("experiments");
+    let end = yaml.find("  peak:").expect("a peak");
+    let yaml = format!(
+        "{}  experiments:\n    rateSweep: {{rates: [3], maxRefinements: 0}}\n    \
+         cacheModes: [cold]\n  failureTest:\n    rate: 3\n    steadySeconds: 20\n    \
+         observeSeconds: 80\n    faults: [{{kind: KillReplica}}]\n    engineProcess: \
+         {{pidFile: {}}}\n{}",
+        &yaml[..start],
+        engine.pid_file.display(),
+        &yaml[end..]
+    );
+    let spec = dir.path().join("benchmark.yaml");
+    std::fs::write(&spec, yaml).expect("benchmark written");
+    let out = dir.path().join("pack");
+    let killed = std::fs::read_to_string(&engine.pid_file).expect("the engine's pid");
+    let output = engine_fixture::goodput(&[
+        "bench",
+        spec.to_str().expect("a UTF-8 path"),
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+        "--quiet",
+    ])
+    .output()
+    .expect("goodput bench runs");
+    assert!(
+        output.status.success(),
+        "goodput bench: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: BenchResult =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
+            .expect("sweep.json parses");
+    let report = result.failure_tests.first().expect("the failure test ran");
+    eprintln!(
+        "killed at {:.1} s, detected at {:?} by {:?}, serving again at {:?}, errors {:?}–{:?}, \
+         verdict {:?}: {:?}",
+        report.injected_at_s,
+        report.detected_at_s,
+        report.detected_by,
+        report.signals.serving_again_s,
+        report.first_error_s,
+        report.last_error_s,
+        report.verdict,
+        report.reasons
+    );
+    let restarted = std::fs::read_to_string(&engine.pid_file).expect("the new pid");
+    assert_ne!(
+        killed.trim(),
+        restarted.trim(),
+        "the supervisor restarted it"
+    );
+    let detected = report.detected_at_s.expect("the kill was detected");
+    assert!(
+        detected >= report.injected_at_s && detected - report.injected_at_s < 1.0,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .first_error_s
+            .is_some_and(|e| e >= report.injected_at_s - 0.1),
+        "errors after the kill, none before: {report:?}"
+    );
+    assert!(report.signals.serving_again_s.is_some(), "{report:?}");
+    assert!(report.capacity_returned, "{report:?}");
+    assert!(out.join("failure-test.md").exists());
 }

@@ -132,6 +132,79 @@ fn start(venv: &Path) -> RealEngine {
     panic!("vLLM did not become healthy in 10 minutes: {}", tail(&log));
 }
 
+/// An engine of its own for a test that kills it, under a supervisor that restarts it (as a
+/// service manager or a pod's restart policy would) and keeps its process id in a file.
+pub struct Supervised {
+    /// Base URL of its API.
+    pub url: String,
+    /// The file holding the engine's current process id.
+    pub pid_file: PathBuf,
+    supervisor: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        // SIGTERM: the supervisor stops its engine and exits.
+        let _ = Command::new("kill")
+            .arg(self.supervisor.id().to_string())
+            .status();
+        let _ = self.supervisor.wait();
+    }
+}
+
+/// A supervised engine on the engine's CPU beside the shared one; `None` (after printing
+/// why) when vLLM is not installed here.
+pub fn supervised_vllm(test: &str) -> Option<Supervised> {
+    let Some(venv) = venv() else {
+        println!("SKIPPED: {test}: vLLM is not installed (see tests/engines/)");
+        return None;
+    };
+    let model = model(&venv);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("engine.pid");
+    let port = free_port();
+    let log = dir.path().join("engine.log");
+    let script = r#"trap 'kill "$engine" 2>/dev/null; wait "$engine"; exit 0' TERM
+while true; do
+  bash "$0" "$1" "$2" "$3" "$4" >>"$5" 2>&1 &
+  engine=$!
+  echo "$engine" >"$6"
+  wait "$engine"
+  sleep 1
+done"#;
+    let supervisor = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg(repo().join("tests/engines/serve-vllm.sh"))
+        .arg(&venv)
+        .arg(&model)
+        .arg(port.to_string())
+        .arg(MODEL)
+        .arg(&log)
+        .arg(&pid_file)
+        .env("GOODPUT_ENGINE_CPUS", ENGINE_CPUS)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the supervisor starts");
+    let engine = Supervised {
+        url: format!("http://127.0.0.1:{port}"),
+        pid_file,
+        supervisor,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !healthy(port) {
+        assert!(
+            Instant::now() < deadline,
+            "the supervised vLLM did not become healthy in 10 minutes: {}",
+            tail(&log)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Some(engine)
+}
+
 /// Whether `GET /health` answers 200.
 fn healthy(port: u16) -> bool {
     use std::io::{Read, Write};

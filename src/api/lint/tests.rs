@@ -49,6 +49,45 @@ fn warnings(findings: &[Finding]) -> Vec<&str> {
 }
 
 #[test]
+fn a_real_engines_process_takes_kill_replica_only() {
+    use crate::api::{EngineProcessRef, FailureTest, Fault, FaultKind};
+    let with = |kinds: &[FaultKind], process: bool| {
+        lint_with(|s, _| {
+            s.target.url = Some("http://127.0.0.1:8000".into());
+            s.target.model = Some("m".into());
+            s.failure_test = Some(FailureTest {
+                faults: kinds
+                    .iter()
+                    .map(|&kind| Fault {
+                        kind,
+                        ..Fault::default()
+                    })
+                    .collect(),
+                engine_process: process.then(|| EngineProcessRef {
+                    pid_file: "/run/engine.pid".into(),
+                }),
+                ..FailureTest::default()
+            });
+        })
+    };
+    let f = with(&[FaultKind::KillReplica], true);
+    assert!(
+        errors(&f).is_empty() && !warnings(&f).contains(&"spec.failureTest"),
+        "{f:?}"
+    );
+    let f = with(&[FaultKind::KillReplica, FaultKind::KvCapacity], true);
+    assert_eq!(errors(&f), ["spec.failureTest.faults[1].kind"]);
+    // Without a process, a URL's faults need goodput serve-sim's admin API, and lint says
+    // how to name a real engine's process instead.
+    let f = with(&[FaultKind::KillReplica], false);
+    assert!(
+        f.iter()
+            .any(|x| x.path == "spec.failureTest" && x.message.contains("engineProcess")),
+        "{f:?}"
+    );
+}
+
+#[test]
 fn failure_tests_are_checked() {
     use crate::api::{FailureTest, Fault, FaultKind, SimulatedTarget};
     let f = lint_with(|s, _| s.failure_test = Some(FailureTest::default()));
@@ -80,6 +119,7 @@ fn failure_tests_are_checked() {
                     ..Fault::default()
                 },
             ],
+            engine_process: None,
         });
     });
     assert_eq!(
