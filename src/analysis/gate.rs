@@ -125,3 +125,69 @@ pub fn verdict(reasons: &[GateReason]) -> Verdict {
         Verdict::Fail
     }
 }
+
+/// Whether some class's attainment stays under the gate's minimum even with `relief_ms`
+/// taken off each successful request's TTFT and `relief_ms / (output_tokens − 1)` off its
+/// TPOT: a failure that a delay of at most `relief_ms` on any token's arrival cannot
+/// explain (a late last token lengthens `e2e − ttft` by at most the delay). `successes` are
+/// `(class, ttft_ms, tpot_ms, output_tokens)` of the successful requests.
+pub fn attainment_short_beyond(
+    gate: &GateConfig,
+    successes: impl IntoIterator<Item = (usize, f64, f64, u64)>,
+    relief_ms: f64,
+) -> bool {
+    let mut counts = vec![(0u64, 0u64); gate.classes.len()];
+    for (class, ttft, tpot, tokens) in successes {
+        let (Some(slo), Some(count)) = (gate.classes.get(class), counts.get_mut(class)) else {
+            continue;
+        };
+        let tpot_relief = if tokens > 1 {
+            relief_ms / (tokens - 1) as f64
+        } else {
+            0.0
+        };
+        count.1 += 1;
+        count.0 += u64::from(super::meets_slo(
+            ttft - relief_ms,
+            tpot - tpot_relief,
+            slo.ttft_cutoff_ms,
+            slo.tpot_cutoff_ms,
+        ));
+    }
+    counts.iter().any(|&(passing, successful)| {
+        super::attainment(passing, successful).is_some_and(|a| a < gate.attainment_min)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate() -> GateConfig {
+        GateConfig {
+            classes: vec![ClassSlo {
+                name: "chat".into(),
+                ttft_cutoff_ms: 300.0,
+                tpot_cutoff_ms: 50.0,
+            }],
+            ..GateConfig::default()
+        }
+    }
+
+    /// TTFTs of 320 ms miss a 300 ms cutoff by 20: a delay of 30 ms explains that miss, a
+    /// delay of 10 ms does not; TPOT is relieved by the delay's share of the tokens.
+    #[test]
+    fn a_miss_larger_than_the_delay_stands() {
+        let late = vec![(0, 320.0, 40.0, 11); 100];
+        assert!(attainment_short_beyond(&gate(), late.clone(), 10.0));
+        assert!(!attainment_short_beyond(&gate(), late, 30.0));
+        // TPOT 52 over 11 tokens: 30 ms of delay is 3 ms a token, enough; 10 ms is 1, not.
+        let slow = vec![(0, 100.0, 52.0, 11); 100];
+        assert!(!attainment_short_beyond(&gate(), slow.clone(), 30.0));
+        assert!(attainment_short_beyond(&gate(), slow, 10.0));
+        // 96 of 100 meet their cutoffs already: nothing is short.
+        let mut mostly = vec![(0, 100.0, 40.0, 11); 96];
+        mostly.extend(vec![(0, 900.0, 40.0, 11); 4]);
+        assert!(!attainment_short_beyond(&gate(), mostly, 0.0));
+    }
+}

@@ -316,6 +316,7 @@ pub async fn probe(
         min_tokens: None,
         ignore_eos: true,
         temperature: None,
+        close_connection: false,
     };
     // The first requests on a fresh engine open connections (client to router, router to
     // replica) and wake idle threads: a cost of the probe's start, not of K.

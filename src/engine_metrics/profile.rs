@@ -36,17 +36,20 @@ pub enum EngineKind {
     Dynamo,
     /// NVIDIA DCGM exporter (GPU metrics).
     Dcgm,
+    /// llama.cpp's `llama-server` with `--metrics` (`llamacpp:*`).
+    LlamaCpp,
 }
 
 impl EngineKind {
     /// Every engine, in detection tie-break order.
-    pub const ALL: [EngineKind; 6] = [
+    pub const ALL: [EngineKind; 7] = [
         EngineKind::Vllm,
         EngineKind::Sglang,
         EngineKind::TensorrtLlm,
         EngineKind::Triton,
         EngineKind::Dynamo,
         EngineKind::Dcgm,
+        EngineKind::LlamaCpp,
     ];
 
     /// The engine's profile.
@@ -58,6 +61,7 @@ impl EngineKind {
             EngineKind::Triton => &TRITON,
             EngineKind::Dynamo => &DYNAMO,
             EngineKind::Dcgm => &DCGM,
+            EngineKind::LlamaCpp => &LLAMA_CPP,
         }
     }
 
@@ -70,6 +74,7 @@ impl EngineKind {
             EngineKind::Triton => "triton",
             EngineKind::Dynamo => "dynamo",
             EngineKind::Dcgm => "dcgm",
+            EngineKind::LlamaCpp => "llama_cpp",
         }
     }
 }
@@ -538,6 +543,35 @@ static TRITON: Profile = Profile {
     ],
 };
 
+/// llama.cpp's server (`--metrics`): slots in use and requests deferred for want of one,
+/// prompt tokens it computed (`prompt_tokens_total`) and those it reused from a slot's
+/// cache (`prompt_tokens_cached_total`) counted apart, tokens predicted. Its page has no
+/// request counter, KV gauge or latency histogram. [`values`] reads the prompt tokens as
+/// the two added, and every one of them as looked up in the cache.
+static LLAMA_CPP: Profile = Profile {
+    engine: EngineKind::LlamaCpp,
+    metrics: &[
+        (Concept::QueueWaiting, &[cur("llamacpp:requests_deferred")]),
+        (Concept::Running, &[cur("llamacpp:requests_processing")]),
+        (
+            Concept::PrefixCacheQueries,
+            &[cur("llamacpp:prompt_tokens_total")],
+        ),
+        (
+            Concept::PrefixCacheHits,
+            &[cur("llamacpp:prompt_tokens_cached_total")],
+        ),
+        (
+            Concept::PromptTokens,
+            &[cur("llamacpp:prompt_tokens_total")],
+        ),
+        (
+            Concept::GenerationTokens,
+            &[cur("llamacpp:tokens_predicted_total")],
+        ),
+    ],
+};
+
 static DYNAMO: Profile = Profile {
     engine: EngineKind::Dynamo,
     metrics: &[
@@ -805,6 +839,17 @@ pub fn values(samples: &[Sample], profile: &Profile) -> BTreeMap<String, f64> {
     if let Some(b) = cache_block_size(samples, profile.engine) {
         out.insert(CACHE_BLOCK_SIZE.to_owned(), b);
     }
+    if profile.engine == EngineKind::LlamaCpp
+        && let (Some(computed), Some(reused)) = (
+            out.get(Concept::PromptTokens.key()).copied(),
+            out.get(Concept::PrefixCacheHits.key()).copied(),
+        )
+    {
+        // Counted apart on its page: the prompt tokens are both, and all were looked up.
+        for c in [Concept::PromptTokens, Concept::PrefixCacheQueries] {
+            out.insert(c.key().to_owned(), computed + reused);
+        }
+    }
     out
 }
 
@@ -901,6 +946,21 @@ mod tests {
             v.get("ttft_count").copied(),
             "+Inf holds every observation"
         );
+    }
+
+    /// A live page of the pinned llama.cpp server (`tests/engines/`) after two requests of
+    /// the same 300-token prompt: 304 tokens computed, 299 reused from the slot's cache.
+    #[test]
+    fn llama_cpp_prompt_tokens_are_computed_and_reused_added() {
+        let samples = parse(include_str!("testdata/llama-cpp-0.3.36.prom")).samples;
+        let d = detect(&samples).unwrap_or_else(|| panic!("nothing detected"));
+        assert_eq!(d.engine, EngineKind::LlamaCpp);
+        assert!(d.missing.is_empty(), "{:?}", d.missing);
+        let v = values(&samples, d.profile());
+        assert_eq!(v.get("prompt_tokens"), Some(&603.0));
+        assert_eq!(v.get("prefix_cache_queries"), Some(&603.0));
+        assert_eq!(v.get("prefix_cache_hits"), Some(&299.0));
+        assert_eq!(v.get("running"), Some(&0.0));
     }
 
     #[test]

@@ -234,42 +234,39 @@ pub async fn scrape_loop(
     start: Instant,
     stop: impl Future<Output = ()>,
 ) -> MetricsSeries {
+    scrape_loop_from(client, targets, interval, start, stop, Vec::new()).await
+}
+
+/// Every target's page once, now (each with `timeout`), in target order: a point's
+/// baseline, taken before its load so that the counters' increase over the point holds
+/// every request of it (an engine that answers its metrics page between requests, as
+/// llama.cpp does, would otherwise count the first requests before the first round).
+pub async fn scrape_round(
+    client: &reqwest::Client,
+    targets: &[String],
+    timeout: Duration,
+) -> Vec<Result<Exposition, ScrapeError>> {
+    let urls: Vec<String> = targets.iter().map(|t| metrics_url(t)).collect();
+    join_all(urls.iter().map(|u| scrape_once(client, u, timeout))).await
+}
+
+/// [`scrape_loop`] whose series starts with `baseline` ([`scrape_round`]'s pages, taken
+/// before `start`) as round 0 at time 0.
+pub async fn scrape_loop_from(
+    client: reqwest::Client,
+    targets: Vec<String>,
+    interval: Duration,
+    start: Instant,
+    stop: impl Future<Output = ()>,
+    baseline: Vec<Result<Exposition, ScrapeError>>,
+) -> MetricsSeries {
     let interval = interval.max(MIN_INTERVAL);
     let timeout = interval.mul_f64(0.8);
     let urls: Vec<String> = targets.iter().map(|t| metrics_url(t)).collect();
     let mut series = MetricsSeries::new(targets, interval.as_secs_f64());
     let mut detected: Vec<Option<DetectedProfile>> = vec![None; urls.len()];
-    let mut ticker = tokio::time::interval_at(start, interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    tokio::pin!(stop);
-    let mut last_round = None;
-    let mut stopped = false;
-    while !stopped {
-        let due = tokio::select! {
-            biased;
-            // One more round once stopped: the counters then hold every response of the
-            // run, which the truth checks compare with the client's.
-            () = &mut stop => {
-                stopped = true;
-                Instant::now()
-            }
-            due = ticker.tick() => due,
-        };
-        // Rounds are numbered by their deadline, so skipped rounds leave gaps; the final
-        // round follows the last.
-        let by_deadline: u64 = (due.saturating_duration_since(start).as_nanos()
-            / interval.as_nanos())
-        .try_into()
-        .unwrap_or(u64::MAX);
-        let round = match last_round {
-            Some(last) if by_deadline <= last => last + 1,
-            _ => by_deadline,
-        };
-        last_round = Some(round);
-        let t_s = Instant::now()
-            .saturating_duration_since(start)
-            .as_secs_f64();
-        let pages = join_all(urls.iter().map(|u| scrape_once(&client, u, timeout))).await;
+    let mut record = |series: &mut MetricsSeries, pages, round, t_s| {
+        let pages: Vec<Result<Exposition, ScrapeError>> = pages;
         for (target, page) in pages.into_iter().enumerate() {
             let sample = match page {
                 Ok(page) => {
@@ -307,6 +304,42 @@ pub async fn scrape_loop(
             };
             series.samples.push(sample);
         }
+    };
+    if !baseline.is_empty() {
+        record(&mut series, baseline, 0, 0.0);
+    }
+    let mut ticker = tokio::time::interval_at(start, interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    tokio::pin!(stop);
+    let mut last_round = None;
+    let mut stopped = false;
+    while !stopped {
+        let due = tokio::select! {
+            biased;
+            // One more round once stopped: the counters then hold every response of the
+            // run, which the truth checks compare with the client's.
+            () = &mut stop => {
+                stopped = true;
+                Instant::now()
+            }
+            due = ticker.tick() => due,
+        };
+        // Rounds are numbered by their deadline, so skipped rounds leave gaps; the final
+        // round follows the last.
+        let by_deadline: u64 = (due.saturating_duration_since(start).as_nanos()
+            / interval.as_nanos())
+        .try_into()
+        .unwrap_or(u64::MAX);
+        let round = match last_round {
+            Some(last) if by_deadline <= last => last + 1,
+            _ => by_deadline,
+        };
+        last_round = Some(round);
+        let t_s = Instant::now()
+            .saturating_duration_since(start)
+            .as_secs_f64();
+        let pages = join_all(urls.iter().map(|u| scrape_once(&client, u, timeout))).await;
+        record(&mut series, pages, round, t_s);
     }
     series
 }

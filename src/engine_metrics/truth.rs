@@ -181,7 +181,9 @@ pub fn check(
         ));
     }
     t.ttft = ttft(totals, series);
-    if let Some(x) = t.ttft {
+    // Requests the client gave up (stopped early, cancelled) had their first token, or
+    // waited for it, on the engine's side only: the means then describe different requests.
+    if let Some(x) = t.ttft.filter(|_| clean) {
         if x.mean_gap_ms < -1.0 {
             t.flags.push(format!(
                 "the client's mean TTFT ({:.1} ms) is below the engine's ({:.1} ms): one of \

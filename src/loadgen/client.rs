@@ -45,7 +45,7 @@
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
 
 use super::sse::{self, SseParser, StreamEvent};
@@ -453,11 +453,13 @@ pub async fn send_or_abort(
     timeouts: &Timeouts,
     abort_after: Option<u32>,
 ) -> RequestOutcome {
-    let request = client
+    let mut request = client
         .post(endpoint_url(base_url, spec.api))
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .body(request_body(spec))
-        .build();
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if spec.close_connection {
+        request = request.header(CONNECTION, HeaderValue::from_static("close"));
+    }
+    let request = request.body(request_body(spec)).build();
     let sent = Instant::now();
     let mut rec = Recorder::new(spec, sent);
     let request = match request {
@@ -619,6 +621,7 @@ mod tests {
             min_tokens: None,
             ignore_eos: false,
             temperature: None,
+            close_connection: false,
         }
     }
 

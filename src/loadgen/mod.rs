@@ -57,6 +57,8 @@ pub struct RequestSpec {
     pub ignore_eos: bool,
     /// Sampling temperature, if set.
     pub temperature: Option<f64>,
+    /// Ask the server to close the connection after the response (`Connection: close`).
+    pub close_connection: bool,
 }
 
 /// How long a request may take.

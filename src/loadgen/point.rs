@@ -20,7 +20,7 @@ use crate::analysis::{
 };
 use crate::api::CacheMode;
 use crate::engine_metrics::findings::{EngineFindings, findings};
-use crate::engine_metrics::scrape::scrape_loop;
+use crate::engine_metrics::scrape::{scrape_loop_from, scrape_round};
 use crate::engine_metrics::series::MetricsSeries;
 use crate::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
@@ -453,8 +453,9 @@ pub async fn measure_point(
     let longest_prompt = mine.iter().map(|r| r.input_tokens).max().unwrap_or(1);
 
     let (mut calibrated, chat_sizing) = chat_calibration(&client, config).await.unzip();
+    let served = super::vocabulary::served_model(&client, &config.target, &config.model).await;
     let vocabulary = if config.text_words_per_token.is_none() {
-        super::vocabulary::probe(&client, &config.target, &config.model).await
+        super::vocabulary::probe(&client, &config.target, &config.model, served.as_ref()).await
     } else {
         None
     };
@@ -467,17 +468,35 @@ pub async fn measure_point(
             ..calibrated.unwrap_or_else(|| config.clone())
         });
     }
+    if served.as_ref().is_some_and(|m| m.closes_after_streams()) && !config.close_connections {
+        calibrated = Some(LoadConfig {
+            close_connections: true,
+            ..calibrated.unwrap_or_else(|| config.clone())
+        });
+    }
     let config = calibrated.as_ref().unwrap_or(config);
     let prewarmed = match config.cache {
         CacheMode::Warm => prewarm(&client, config, longest_prompt).await,
         CacheMode::Cold => 0,
     };
 
+    // The engines' counters before any request of the load: their increase over the point
+    // is then the load's alone.
+    let baseline = if plan.metrics_targets.is_empty() {
+        Vec::new()
+    } else {
+        scrape_round(
+            &client,
+            &plan.metrics_targets,
+            crate::engine_metrics::identify::PROBE_TIMEOUT,
+        )
+        .await
+    };
     let zero = TimeZero::new(plan.start_at_unix_s);
     let (scrape_stop_tx, scrape_stop_rx) = watch::channel(false);
     let scraper = (!plan.metrics_targets.is_empty()).then(|| {
         let mut rx = scrape_stop_rx.clone();
-        tokio::spawn(scrape_loop(
+        tokio::spawn(scrape_loop_from(
             client.clone(),
             plan.metrics_targets.clone(),
             plan.scrape_interval,
@@ -485,6 +504,7 @@ pub async fn measure_point(
             async move {
                 let _ = rx.wait_for(|s| *s).await;
             },
+            baseline,
         ))
     });
     zero.wait(stop.clone()).await;

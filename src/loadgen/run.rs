@@ -80,6 +80,10 @@ pub struct LoadConfig {
     /// Text prompts: tokens the server's chat template adds to each request, taken off its
     /// text so that the server counts the scheduled length.
     pub chat_template_tokens: u32,
+    /// Send `Connection: close` with every request: for a server that closes its
+    /// connections after a streamed response without saying so (llama.cpp), which a
+    /// reused connection would turn into failures that are the client's doing.
+    pub close_connections: bool,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,
     /// A cap on requests in flight (open loop); `None` = no cap.
@@ -172,6 +176,7 @@ impl LoadConfig {
             text_words_per_token: None,
             token_ids: super::prompt::TokenRange::DEFAULT,
             chat_template_tokens: 0,
+            close_connections: false,
             prompt_method: PromptMethod::TokenIds,
             max_in_flight: None,
             progress: false,
@@ -568,6 +573,7 @@ impl Shared {
             min_tokens: self.config.min_tokens.then_some(r.output_tokens),
             ignore_eos: self.config.ignore_eos,
             temperature: self.config.temperature,
+            close_connection: self.config.close_connections,
         }
     }
 
@@ -651,6 +657,7 @@ pub async fn prewarm(client: &reqwest::Client, config: &LoadConfig, input_tokens
             min_tokens: None,
             ignore_eos: true,
             temperature: config.temperature,
+            close_connection: config.close_connections,
         };
         if send(client, &config.target, &spec, &config.timeouts)
             .await

@@ -4,7 +4,7 @@
 //! the point would fail all its requests and say nothing about capacity.
 //!
 //! The size comes from the server when it says (llama.cpp's `/v1/models` lists
-//! `meta.n_vocab`); otherwise one completion of the highest default id tells whether the
+//! `meta.n_vocab`, read once per point with [`served_model`]); otherwise one completion of the highest default id tells whether the
 //! default range fits, and when it does not, a bisection over one-token prompts finds the
 //! highest id the server accepts (at most 15 probes of one prompt token and one output
 //! token each, before any load and before the engine's counters are read).
@@ -32,8 +32,13 @@ pub struct Vocabulary {
 /// Probes the vocabulary of `model` behind `target` (an OpenAI-compatible base URL).
 /// `None` when the server answers no probe at all (the default range is then kept, and a
 /// request that fails says why in its record).
-pub async fn probe(client: &reqwest::Client, target: &str, model: &str) -> Option<Vocabulary> {
-    if let Some(size) = listed_size(client, target, model).await {
+pub async fn probe(
+    client: &reqwest::Client,
+    target: &str,
+    model: &str,
+    listed: Option<&ServedModel>,
+) -> Option<Vocabulary> {
+    if let Some(size) = listed.and_then(|m| m.n_vocab) {
         return Some(Vocabulary {
             size: Some(size),
             source: format!("{target}/v1/models (meta.n_vocab)"),
@@ -83,8 +88,31 @@ pub async fn probe(client: &reqwest::Client, target: &str, model: &str) -> Optio
     })
 }
 
-/// `meta.n_vocab` of the listed model (or of the only one listed).
-async fn listed_size(client: &reqwest::Client, target: &str, model: &str) -> Option<u32> {
+/// The model as the server lists it (`GET /v1/models`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServedModel {
+    /// `owned_by`: `vllm`, `sglang`, `llamacpp`, ...
+    pub owned_by: Option<String>,
+    /// `meta.n_vocab` (llama.cpp).
+    pub n_vocab: Option<u32>,
+}
+
+impl ServedModel {
+    /// llama.cpp's server closes its connection after every streamed response although it
+    /// answers with keep-alive: a client that reuses the connection at once fails (a third
+    /// of a closed loop's requests did). Its requests carry `Connection: close`.
+    pub fn closes_after_streams(&self) -> bool {
+        self.owned_by.as_deref() == Some("llamacpp")
+    }
+}
+
+/// `model` (or the only model) as `GET {target}/v1/models` lists it; `None` when the
+/// server lists none usable.
+pub async fn served_model(
+    client: &reqwest::Client,
+    target: &str,
+    model: &str,
+) -> Option<ServedModel> {
     let response = client
         .get(format!("{target}/v1/models"))
         .timeout(super::super::engine_metrics::identify::PROBE_TIMEOUT)
@@ -97,9 +125,12 @@ async fn listed_size(client: &reqwest::Client, target: &str, model: &str) -> Opt
         .iter()
         .find(|m| m["id"].as_str() == Some(model))
         .or_else(|| (models.len() == 1).then(|| &models[0]))?;
-    entry["meta"]["n_vocab"]
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
+    Some(ServedModel {
+        owned_by: entry["owned_by"].as_str().map(str::to_owned),
+        n_vocab: entry["meta"]["n_vocab"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok()),
+    })
 }
 
 /// Whether the server completes a one-token prompt of `id`: `Some(true)` on success,

@@ -212,8 +212,9 @@ fn lateness_section(result: &BenchResult) -> String {
         "Simulated engine fidelity: its token frames were at worst {:.2} ms late at P99 in \
          model time. Over {:.1} ms ({}% of the tightest TTFT cutoff) a point's latencies \
          carry the harness's own delay: {} point(s); over {:.1} ms ({}%) a point that did \
-         not pass is not evidence (lateness only raises latencies, so a pass stands): {} \
-         point(s).\n\n",
+         not pass is not evidence unless it misses by more than the delay (lateness only \
+         raises latencies, so a pass stands): {} point(s) over it, {} of them not \
+         evidence.\n\n",
         worst.p99_ms,
         worst.warn_ms(),
         LATENESS_WARN_FRACTION * 100.0,
@@ -221,6 +222,14 @@ fn lateness_section(result: &BenchResult) -> String {
         worst.refuse_ms(),
         LATENESS_REFUSE_FRACTION * 100.0,
         count(&|l, passed| l.refuses_point(passed)),
+        points()
+            .filter(|p| {
+                p.engine_lateness
+                    .as_ref()
+                    .is_some_and(|l| l.refuses_point(p.report.capacity_gate_pass))
+                    && !p.valid
+            })
+            .count(),
     )
 }
 

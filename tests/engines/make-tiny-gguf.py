@@ -65,7 +65,7 @@ def main():
     merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
     w.add_tokenizer_model("gpt2")
     # The GPT-2 byte-level split, which tokenizers' ByteLevel pre-tokenizer applies.
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("gpt-2")
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)

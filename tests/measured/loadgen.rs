@@ -72,6 +72,7 @@ fn config(target: String, rate: f64) -> LoadConfig {
         text_words_per_token: None,
         token_ids: goodput::loadgen::prompt::TokenRange::DEFAULT,
         chat_template_tokens: 0,
+        close_connections: false,
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,
@@ -818,6 +819,7 @@ async fn a_chat_point_calibrates_its_text_against_the_engines_tokenizer() {
         text_words_per_token: Some(goodput::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN),
         token_ids: goodput::loadgen::prompt::TokenRange::DEFAULT,
         chat_template_tokens: 0,
+        close_connections: false,
         prompt_method: PromptMethod::TextEstimated,
         ..config(f.router_url(), 20.0)
     };

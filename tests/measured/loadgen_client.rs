@@ -42,6 +42,7 @@ fn completion(prompt: Vec<u32>, max_tokens: u32) -> RequestSpec {
         min_tokens: None,
         ignore_eos: true,
         temperature: None,
+        close_connection: false,
     }
 }
 

@@ -189,6 +189,7 @@ async fn live_counters_equal_the_records_and_the_offline_store() {
         text_words_per_token: None,
         token_ids: goodput::loadgen::prompt::TokenRange::DEFAULT,
         chat_template_tokens: 0,
+        close_connections: false,
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,

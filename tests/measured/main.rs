@@ -5,8 +5,6 @@
 //! latency.
 //! The shared fixtures under `tests/support/` are mounted once here.
 
-#[path = "../support/real_engine.rs"]
-mod engine_fixture;
 #[path = "../support/prometheus.rs"]
 mod fake_prometheus;
 #[path = "../support/serving_plan.rs"]
@@ -33,7 +31,6 @@ mod loadgen_client;
 mod loadgen_metrics;
 mod operator;
 mod operator_failure;
-mod real_engine;
 mod router;
 mod serve_sim;
 mod serving_plan;

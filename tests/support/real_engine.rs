@@ -7,16 +7,18 @@
 //! installs it into its cache and sets the variable) or `target/engines/vllm`. Without
 //! either the real-engine tests print `SKIPPED:` and pass; CI always has it.
 //!
-//! The engine is started once per test binary, in its own session, on the machine's last
-//! CPU (`tests/engines/serve-vllm.sh`), and stops with the binary (it receives SIGTERM when
-//! the thread that started it ends, which is at the process's exit). The tests run the
-//! client (`goodput bench`, `goodput loadgen`) on the other CPUs ([`CLIENT_CPUS`]) and in a
-//! session of its own, as CI, a detached shell or a pod would: engine and client never
-//! share a core.
+//! One engine runs at a time, in its own session, on the machine's last CPU
+//! (`tests/engines/serve-*.sh`): started on first use, kept for the next test that wants
+//! the same engine, stopped before another starts, and stopped with the test binary (it
+//! receives SIGTERM when the thread that started it ends, which is at the process's exit).
+//! An idle vLLM still polls its core, so the real-engine tests have a binary of their own:
+//! no other measurement runs beside it. The tests run the client (`goodput bench`,
+//! `goodput loadgen`) on the other CPUs ([`CLIENT_CPUS`]) and in a session of its own, as
+//! CI, a detached shell or a pod would: engine and client never share a core.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The model name the engine serves.
@@ -27,6 +29,7 @@ pub const ENGINE_CPUS: &str = "1";
 pub const CLIENT_CPUS: &str = "0";
 
 /// A running engine.
+#[derive(Clone, Debug)]
 pub struct RealEngine {
     /// Base URL of its OpenAI-compatible API (its `/metrics` too).
     pub url: String,
@@ -46,21 +49,115 @@ fn venv() -> Option<PathBuf> {
     dir.join("bin/python").exists().then_some(dir)
 }
 
-/// The engine, started on first use; `None` (after printing why) when vLLM is not
-/// installed here.
-pub fn vllm(test: &str) -> Option<&'static RealEngine> {
-    static ENGINE: OnceLock<Option<RealEngine>> = OnceLock::new();
-    let engine = ENGINE.get_or_init(|| {
-        let venv = venv()?;
-        Some(start(&venv))
-    });
+/// Which engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Vllm,
+    LlamaCpp,
+}
+
+/// The engine now running, if any.
+static RUNNING: Mutex<Option<(Kind, RealEngine)>> = Mutex::new(None);
+
+/// vLLM, started on first use; `None` (after printing why) when it is not installed here.
+pub fn vllm(test: &str) -> Option<RealEngine> {
+    let engine = shared(Kind::Vllm);
     if engine.is_none() {
         println!(
             "SKIPPED: {test}: vLLM is not installed (bash tests/engines/install-vllm.sh \
              target/engines/vllm, or set GOODPUT_VLLM)"
         );
     }
-    engine.as_ref()
+    engine
+}
+
+/// llama.cpp's server on the same model, started on first use; `None` (after printing why)
+/// when it or vLLM's environment (whose Python writes the GGUF file) is not installed. Its
+/// build comes from `GOODPUT_LLAMA_CPP` (what `install-llama-cpp.sh` prints) or
+/// `target/engines/llama-cpp`.
+pub fn llama_cpp(test: &str) -> Option<RealEngine> {
+    let engine = shared(Kind::LlamaCpp);
+    if engine.is_none() {
+        println!(
+            "SKIPPED: {test}: llama.cpp is not built (bash tests/engines/install-llama-cpp.sh \
+             target/engines/llama-cpp, or set GOODPUT_LLAMA_CPP; vLLM's environment too)"
+        );
+    }
+    engine
+}
+
+/// The engine of `kind`: the running one if it is that engine, else a new one, after the
+/// running one has stopped.
+fn shared(kind: Kind) -> Option<RealEngine> {
+    // A test that panicked while holding the lock left a consistent value behind.
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((k, engine)) = running.as_ref() {
+        if *k == kind {
+            return Some(engine.clone());
+        }
+        stop(engine);
+        *running = None;
+    }
+    let venv = venv()?;
+    let engine = match kind {
+        Kind::Vllm => start("serve-vllm.sh", &venv, &model(&venv)),
+        Kind::LlamaCpp => {
+            let dir = llama_cpp_dir()?;
+            start("serve-llama-cpp.sh", &dir, &gguf(&venv, &dir))
+        }
+    };
+    *running = Some((kind, engine.clone()));
+    Some(engine)
+}
+
+/// Stops the shared engine, if one runs (for a test that starts an engine of its own).
+pub fn stop_shared() {
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, engine)) = running.take() {
+        stop(&engine);
+    }
+}
+
+/// SIGTERM to the engine's session, SIGKILL after 30 s; returns once it has exited.
+fn stop(engine: &RealEngine) {
+    let group = format!("-{}", engine.pid);
+    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alive = || Path::new(&format!("/proc/{}", engine.pid)).exists();
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if alive() {
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        while alive() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// llama.cpp's build, if there is one.
+fn llama_cpp_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("GOODPUT_LLAMA_CPP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/engines/llama-cpp"));
+    dir.join("bin/llama-server").exists().then_some(dir)
+}
+
+/// The tiny model as GGUF, written once into llama.cpp's folder by its `gguf-py`.
+fn gguf(venv: &Path, dir: &Path) -> PathBuf {
+    let gguf = dir.join("tiny-llama.gguf");
+    if !gguf.exists() {
+        let status = Command::new(venv.join("bin/python"))
+            .arg(repo().join("tests/engines/make-tiny-gguf.py"))
+            .arg(model(venv))
+            .arg(&gguf)
+            .env("PYTHONPATH", dir.join("gguf-py"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("the GGUF writer runs");
+        assert!(status.success(), "make-tiny-gguf.py failed: {status}");
+    }
+    gguf
 }
 
 /// The tiny model, built once into the virtual environment's folder (seeded: the same
@@ -79,13 +176,14 @@ fn model(venv: &Path) -> PathBuf {
     dir
 }
 
-fn start(venv: &Path) -> RealEngine {
-    let model = model(venv);
+/// Starts `tests/engines/<script> INSTALL MODEL PORT MODEL_NAME` and waits for its
+/// `/health`.
+fn start(script: &'static str, install: &Path, model: &Path) -> RealEngine {
     let port = free_port();
-    let log = std::env::temp_dir().join(format!("goodput-vllm-{port}.log"));
+    let log = std::env::temp_dir().join(format!("goodput-{script}-{port}.log"));
     let url = format!("http://127.0.0.1:{port}");
     let (tx, rx) = std::sync::mpsc::channel();
-    let venv = venv.to_owned();
+    let (install, model) = (install.to_owned(), model.to_owned());
     let log_path = log.clone();
     // The thread that starts the engine lives as long as the process: the engine's parent
     // death signal fires when it ends.
@@ -94,8 +192,8 @@ fn start(venv: &Path) -> RealEngine {
         let out = std::fs::File::create(&log_path).expect("engine log");
         let mut command = Command::new("bash");
         command
-            .arg(repo().join("tests/engines/serve-vllm.sh"))
-            .arg(&venv)
+            .arg(repo().join("tests/engines").join(script))
+            .arg(&install)
             .arg(&model)
             .arg(port.to_string())
             .arg(MODEL)
@@ -111,7 +209,7 @@ fn start(venv: &Path) -> RealEngine {
                 Ok(())
             });
         }
-        let mut child = command.spawn().expect("serve-vllm.sh starts");
+        let mut child = command.spawn().expect("the engine's script starts");
         let _ = tx.send(child.id());
         // Until the engine ends: with the process, or earlier if it fails.
         let _ = child.wait();
@@ -124,12 +222,15 @@ fn start(venv: &Path) -> RealEngine {
         }
         assert!(
             std::path::Path::new(&format!("/proc/{pid}")).exists(),
-            "vLLM exited while starting: {}",
+            "{script} exited while starting: {}",
             tail(&log)
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    panic!("vLLM did not become healthy in 10 minutes: {}", tail(&log));
+    panic!(
+        "{script} did not become healthy in 10 minutes: {}",
+        tail(&log)
+    );
 }
 
 /// An engine of its own for a test that kills it, under a supervisor that restarts it (as a
@@ -153,13 +254,14 @@ impl Drop for Supervised {
     }
 }
 
-/// A supervised engine on the engine's CPU beside the shared one; `None` (after printing
-/// why) when vLLM is not installed here.
+/// A supervised engine on the engine's CPU, the shared one stopped first; `None` (after
+/// printing why) when vLLM is not installed here.
 pub fn supervised_vllm(test: &str) -> Option<Supervised> {
     let Some(venv) = venv() else {
         println!("SKIPPED: {test}: vLLM is not installed (see tests/engines/)");
         return None;
     };
+    stop_shared();
     let model = model(&venv);
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("engine.pid");

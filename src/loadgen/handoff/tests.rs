@@ -51,6 +51,7 @@ fn config() -> LoadConfig {
         text_words_per_token: None,
         token_ids: crate::loadgen::prompt::TokenRange::DEFAULT,
         chat_template_tokens: 0,
+        close_connections: false,
         prompt_method: PromptMethod::TokenIds,
         max_in_flight: None,
         progress: false,

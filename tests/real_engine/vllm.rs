@@ -1,17 +1,12 @@
-//! goodput against a real engine: vLLM's CPU build serving the tiny test model
-//! (`tests/support/real_engine.rs`). The client runs as a user runs it, `goodput` started in
-//! a session of its own on the CPU the engine does not use; every figure is held to what
-//! the engine itself counted.
-
-use std::path::Path;
+//! vLLM's CPU build: its page, points counted alike by client and engine, chat sizing,
+//! `goodput bench`'s capacity and a failure test that kills its process.
 
 use goodput::bench::result::BenchResult;
-use goodput::loadgen::point::PointSummaryFile;
 
-use crate::MACHINE;
 use crate::engine_fixture::{self, MODEL, RealEngine};
+use crate::{loadgen, manifest_file, read_summary};
 
-const EXAMPLE: &str = include_str!("../../examples/capacity-benchmark-vllm-cpu.yaml");
+use crate::EXAMPLE;
 
 /// The example benchmark pointed at `engine`, with `experiments` in place of its own.
 fn benchmark(engine: &RealEngine, experiments: Option<&str>) -> String {
@@ -28,60 +23,11 @@ fn benchmark(engine: &RealEngine, experiments: Option<&str>) -> String {
     }
 }
 
-fn read_summary(dir: &Path) -> PointSummaryFile {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json parses")
-}
-
-/// `goodput loadgen` at `rate` with `args`, writing into `out`.
-fn loadgen(engine: &RealEngine, manifest: &Path, rate: f64, out: &Path, args: &[&str]) {
-    let rate = rate.to_string();
-    let mut all = vec![
-        "loadgen",
-        "--target",
-        &engine.url,
-        "--model",
-        MODEL,
-        "--manifest",
-        manifest.to_str().expect("a UTF-8 path"),
-        "--rate",
-        &rate,
-        "--metrics-url",
-        &engine.url,
-        "--out",
-        out.to_str().expect("a UTF-8 path"),
-        "--quiet",
-    ];
-    all.extend_from_slice(args);
-    let output = engine_fixture::goodput(&all)
-        .output()
-        .expect("goodput loadgen runs");
-    assert!(
-        output.status.success(),
-        "goodput loadgen: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// The example's frozen manifest, for `goodput loadgen --manifest`.
-fn manifest_file(dir: &Path) -> std::path::PathBuf {
-    let loaded = goodput::api::parse_benchmark(EXAMPLE, Path::new("example.yaml"))
-        .expect("the example parses");
-    let path = dir.join("workload-manifest.yaml");
-    std::fs::write(
-        &path,
-        serde_saphyr::to_string(&loaded.manifest).expect("the manifest serialises"),
-    )
-    .expect("manifest written");
-    path
-}
-
 /// The page of the pinned version answers every concept of goodput's vLLM profile (the
 /// hit rate from its counters), states its cache block, and `/version` the version.
 #[test]
 fn the_live_vllm_page_answers_every_concept_of_its_profile() {
-    let _machine = MACHINE.whole_blocking();
+    let _machine = crate::machine();
     let Some(engine) = engine_fixture::vllm("the_live_vllm_page_answers_every_concept") else {
         return;
     };
@@ -137,7 +83,7 @@ fn the_live_vllm_page_answers_every_concept_of_its_profile() {
 /// workload implies.
 #[test]
 fn a_point_is_counted_alike_by_the_client_and_the_engine() {
-    let _machine = MACHINE.whole_blocking();
+    let _machine = crate::machine();
     let Some(engine) = engine_fixture::vllm("a_point_is_counted_alike") else {
         return;
     };
@@ -155,7 +101,7 @@ fn a_point_is_counted_alike_by_the_client_and_the_engine() {
         // few for the sample rule, which these checks do not need.
         let mut args = vec!["--cache", cache, "--requests", "150", "--max-blocks", "1"];
         args.extend_from_slice(extra);
-        loadgen(engine, &manifest, 6.0, &out, &args);
+        loadgen(&engine, &manifest, 6.0, &out, &args);
         let s = read_summary(&out);
         let v = s.vocabulary.as_ref().expect("the vocabulary was probed");
         assert_eq!(v.size, Some(8192), "{v:?}");
@@ -219,7 +165,7 @@ fn a_point_is_counted_alike_by_the_client_and_the_engine() {
 /// schedule's within 2%.
 #[test]
 fn chat_prompts_are_sized_with_the_servers_tokenizer_and_template() {
-    let _machine = MACHINE.whole_blocking();
+    let _machine = crate::machine();
     let Some(engine) = engine_fixture::vllm("chat_prompts_are_sized") else {
         return;
     };
@@ -227,7 +173,7 @@ fn chat_prompts_are_sized_with_the_servers_tokenizer_and_template() {
     let manifest = manifest_file(dir.path());
     let out = dir.path().join("chat");
     loadgen(
-        engine,
+        &engine,
         &manifest,
         6.0,
         &out,
@@ -259,13 +205,13 @@ fn chat_prompts_are_sized_with_the_servers_tokenizer_and_template() {
 /// point valid, in under 15 minutes, and a pack that says how it was measured.
 #[test]
 fn goodput_bench_finds_the_capacity_of_vllm() {
-    let _machine = MACHINE.whole_blocking();
+    let _machine = crate::machine();
     let Some(engine) = engine_fixture::vllm("goodput_bench_finds_the_capacity_of_vllm") else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = dir.path().join("benchmark.yaml");
-    std::fs::write(&spec, benchmark(engine, None)).expect("benchmark written");
+    std::fs::write(&spec, benchmark(&engine, None)).expect("benchmark written");
     let out = dir.path().join("pack");
     let started = std::time::Instant::now();
     let output = engine_fixture::goodput(&[
@@ -340,7 +286,7 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
         .expect("the capacity's point");
     let alone = dir.path().join("loadgen");
     loadgen(
-        engine,
+        &engine,
         &manifest_file(dir.path()),
         capacity,
         &alone,
@@ -366,7 +312,7 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
 /// capacity back, which the report says.
 #[test]
 fn a_killed_engine_is_detected_and_its_restart_brings_capacity_back() {
-    let _machine = MACHINE.whole_blocking();
+    let _machine = crate::machine();
     let Some(engine) = engine_fixture::supervised_vllm("a_killed_engine_is_detected") else {
         return;
     };
