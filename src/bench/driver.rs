@@ -513,17 +513,31 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
             }
             let mut outcome = RateOutcome::Passed;
             for repeat in 0..plan.repeats {
-                let key = PointKey::Rate {
+                // A repeat that is not evidence for a reason other than the client (a
+                // harness that ran late, pages unanswered, a Job that failed) runs once
+                // more, as repeat `repeats + repeat`, whose outcome then stands for it.
+                let tries = [repeat, plan.repeats + repeat].map(|repeat| PointKey::Rate {
                     cache,
                     rate,
                     repeat,
-                };
-                match find(key) {
-                    Some(Outcome::Rate(o)) => outcome = outcome.combine(o),
-                    _ => {
-                        decision.pending = Some(key);
-                        return decision;
+                });
+                let mut last = None;
+                for key in tries {
+                    match find(key) {
+                        Some(Outcome::Rate(o)) => {
+                            last = Some(o);
+                            if o != RateOutcome::NotEvidence {
+                                break;
+                            }
+                        }
+                        _ => {
+                            decision.pending = Some(key);
+                            return decision;
+                        }
                     }
+                }
+                if let Some(o) = last {
+                    outcome = outcome.combine(o);
                 }
             }
             match outcome {
@@ -1130,12 +1144,48 @@ mod tests {
                 }),
             )
             .collect();
+        // The point that is not evidence runs once more before anything is concluded.
+        let retry = PointKey::Rate {
+            cache: CacheMode::Cold,
+            rate: 10.0,
+            repeat: 1,
+        };
         let d = decide_mode(&plan, CacheMode::Cold, &recorded);
+        assert_eq!(d.pending, Some(retry));
+        assert_eq!(d.bracket, None);
+        // Not evidence again: no bracket rests on it.
+        let again = |o| {
+            let mut r = recorded.clone();
+            r.push(Recorded {
+                key: retry,
+                outcome: Outcome::Rate(o),
+            });
+            decide_mode(&plan, CacheMode::Cold, &r)
+        };
+        let d = again(RateOutcome::NotEvidence);
+        assert_eq!(d.pending, None);
         assert_eq!(
             d.bracket,
             Some(sweep::Bracket {
                 pass: 5.0,
                 fail: 15.0
+            })
+        );
+        // Evidence the second time: it stands for the first.
+        let d = again(RateOutcome::Passed);
+        assert_eq!(
+            d.bracket,
+            Some(sweep::Bracket {
+                pass: 10.0,
+                fail: 15.0
+            })
+        );
+        let d = again(RateOutcome::Failed);
+        assert_eq!(
+            d.bracket,
+            Some(sweep::Bracket {
+                pass: 5.0,
+                fail: 10.0
             })
         );
     }

@@ -632,7 +632,9 @@ impl Runner<'_> {
         self.bar.set_message(format!(
             "{cache} {} RPS{}",
             rate_label(rate),
-            if self.spec.repeats > 1 {
+            if repeat >= self.spec.repeats.max(1) {
+                " (again: the first was not evidence)".to_owned()
+            } else if self.spec.repeats > 1 {
                 format!(" repeat {}", repeat + 1)
             } else {
                 String::new()

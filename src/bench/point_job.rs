@@ -122,7 +122,8 @@ pub fn point_dir(key: PointKey, repeats: u32) -> String {
             "{}/rate-{}rps{}",
             cache.as_str(),
             super::rate_label(rate),
-            if repeats > 1 {
+            // A retry of a point that was not evidence is repeat `repeats` or more.
+            if repeats > 1 || repeat >= repeats {
                 format!("-r{repeat}")
             } else {
                 String::new()

@@ -364,7 +364,7 @@ impl Recorder {
 }
 
 /// An error and its causes, `a: b: c`, without repeats.
-fn error_chain(e: &reqwest::Error) -> String {
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

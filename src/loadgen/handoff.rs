@@ -862,6 +862,7 @@ pub fn merge_shards(
         prompt_method: first.summary.prompt_method,
         vocabulary: first.summary.vocabulary.clone(),
         chat_sizing: first.summary.chat_sizing.clone(),
+        cache_reset: first.summary.cache_reset.clone(),
         prewarmed: ordered
             .iter()
             .map(|s| s.summary.prewarmed_prefixes)

@@ -6,6 +6,7 @@
 //! that falls behind shows it instead of hiding it (no coordinated omission).
 
 pub mod bucket;
+pub mod cache_reset;
 pub mod client;
 pub mod handoff;
 pub mod live_metrics;

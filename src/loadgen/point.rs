@@ -213,6 +213,10 @@ pub struct PointSummaryFile {
     /// tokens the server then counted are in `engine_truth` and `requests.csv`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_sizing: Option<ChatSizing>,
+    /// A cold point: the engine's prefix cache emptied through its own call before the
+    /// load (vLLM's `/reset_prefix_cache`, SGLang's `/flush_cache`), or why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_reset: Option<String>,
     /// Prefixes sent before measurement (warm cache).
     pub prewarmed_prefixes: usize,
     /// Schedule: seed, blocks used, requests, shard and a hash of the exact schedule.
@@ -309,6 +313,8 @@ pub struct MeasuredPoint {
     pub vocabulary: Option<super::vocabulary::Vocabulary>,
     /// Chat prompts: how their text was sized against the server's tokenizer.
     pub chat_sizing: Option<ChatSizing>,
+    /// A cold point: the engine's cache reset, or why not.
+    pub cache_reset: Option<String>,
 }
 
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
@@ -475,9 +481,12 @@ pub async fn measure_point(
         });
     }
     let config = calibrated.as_ref().unwrap_or(config);
-    let prewarmed = match config.cache {
-        CacheMode::Warm => prewarm(&client, config, longest_prompt).await,
-        CacheMode::Cold => 0,
+    let (prewarmed, cache_reset) = match config.cache {
+        CacheMode::Warm => (prewarm(&client, config, longest_prompt).await, None),
+        CacheMode::Cold => (
+            0,
+            super::cache_reset::reset(&client, &config.target, served.as_ref()).await,
+        ),
     };
 
     // The engines' counters before any request of the load: their increase over the point
@@ -588,6 +597,7 @@ pub async fn measure_point(
         prompt_method: config.prompt_method,
         vocabulary,
         chat_sizing,
+        cache_reset,
     })
 }
 
@@ -885,6 +895,8 @@ pub(crate) struct PointFacts<'a> {
     pub vocabulary: Option<super::vocabulary::Vocabulary>,
     /// Chat prompts: their sizing against the server's tokenizer.
     pub chat_sizing: Option<ChatSizing>,
+    /// A cold point: the engine's cache reset, or why not.
+    pub cache_reset: Option<String>,
     /// Prefixes prewarmed.
     pub prewarmed: usize,
     /// Schedule facts.
@@ -1041,6 +1053,7 @@ impl PointFacts<'_> {
             prompt_method: self.prompt_method,
             vocabulary: self.vocabulary,
             chat_sizing: self.chat_sizing,
+            cache_reset: self.cache_reset,
             prewarmed_prefixes: self.prewarmed,
             schedule: self.schedule,
             validity: Validity {
@@ -1095,6 +1108,7 @@ fn summarize(
         prompt_method: point.prompt_method,
         vocabulary: point.vocabulary.clone(),
         chat_sizing: point.chat_sizing.clone(),
+        cache_reset: point.cache_reset.clone(),
         prewarmed: point.prewarmed,
         schedule: point.schedule.clone(),
         client: run.client.clone(),

@@ -12,14 +12,16 @@
 # per-session scheduling groups put a client started in its own session (a detached shell,
 # CI, a pod) level with the engine, and the client falls behind its schedule. The KV cache
 # is 1 GiB (262,144 tokens of the tiny model), prefix caching on, 4,096 tokens at most per
-# request, float32 (bfloat16 runs its prefill five times slower on this CPU build). Nothing
-# leaves the machine: no hub, no usage report.
+# request, float32 (bfloat16 runs its prefill five times slower on this CPU build). Its
+# development endpoints are on (VLLM_SERVER_DEV_MODE=1) for `POST /reset_prefix_cache`,
+# which a cold point calls before its load; it listens on loopback only. Nothing leaves the
+# machine: no hub, no usage report.
 set -euo pipefail
 venv="$1" model="$2" port="$3" name="${4:-tiny-llama}"
 cpus="${GOODPUT_ENGINE_CPUS:-$(($(nproc --all) - 1))}"
 export VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" \
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-    VLLM_CPU_OMP_THREADS_BIND="$cpus" PYTHONWARNINGS=ignore
+    VLLM_CPU_OMP_THREADS_BIND="$cpus" PYTHONWARNINGS=ignore VLLM_SERVER_DEV_MODE=1
 # `vllm serve` looks its version up under the distribution name `vllm`, which this build
 # does not have (it is `vllm-cpu`); the module entry point works.
 exec taskset -c "$cpus" "$venv/bin/python" -m vllm.entrypoints.openai.api_server \

@@ -880,12 +880,19 @@ fn model_seed_capacities(
 fn assert_placed_inside_the_model(mode: &ModeResult, model: &[f64], tolerance: f64) {
     let prediction = mode.prediction.expect("the model placed the rates");
     let capacity = mode.capacity_rps.expect("a rate passes");
-    let bracket = mode.bracket.expect("a fail above a pass");
     let points: Vec<(f64, Option<Verdict>, bool)> = mode
         .points
         .iter()
         .map(|p| (p.offered_rps, p.report.verdict, p.refinement))
         .collect();
+    let bracket = mode.bracket.unwrap_or_else(|| {
+        let why: Vec<_> = mode
+            .points
+            .iter()
+            .map(|p| (p.offered_rps, p.valid, &p.validity_reasons))
+            .collect();
+        panic!("no fail above a pass: {why:?}")
+    });
     eprintln!(
         "{}: capacity {capacity}, bracket {bracket:?}, model {model:?}, prediction \
          {prediction:?}, points {points:?}, {:.1} GPU-minutes, plain grid {:?}",

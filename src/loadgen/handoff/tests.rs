@@ -188,6 +188,7 @@ fn measured(shard: u32, shards: u32) -> (MeasuredPoint, PointSummaryFile, PointP
         started_unix_s: 1.0e9,
         vocabulary: None,
         chat_sizing: None,
+        cache_reset: None,
         prompt_method: PromptMethod::TokenIds,
     };
     let summary = m.summarize(&config(), &plan).expect("summarises");

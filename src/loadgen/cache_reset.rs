@@ -1,0 +1,94 @@
+//! A cold point's prefix cache emptied through the engine's own call, where it has one:
+//! vLLM's `POST /reset_prefix_cache` (served when the engine runs with
+//! `VLLM_SERVER_DEV_MODE=1`) and SGLang's `POST /flush_cache`. Without one, a cold point
+//! stays cold by its prompts alone (each draws its own token ids or words), and the
+//! engine's prefix-cache counters (`engine_truth`) prove it either way.
+
+use std::time::Duration;
+
+use super::vocabulary::ServedModel;
+
+/// How often a refused reset is asked again: vLLM refuses while blocks are held by
+/// requests still running.
+const ATTEMPTS: u32 = 5;
+/// The pause between attempts.
+const PAUSE: Duration = Duration::from_millis(500);
+
+/// The engine's reset call for `served`: its path, and whether it answers
+/// `{"success": bool}`.
+fn call(served: &ServedModel) -> Option<(&'static str, bool)> {
+    match served.owned_by.as_deref()? {
+        "vllm" => Some(("/reset_prefix_cache", true)),
+        "sglang" => Some(("/flush_cache", false)),
+        _ => None,
+    }
+}
+
+/// Empties the prefix cache of the engine behind `target` before a cold point, and says
+/// what happened (for `summary.json`'s `cache_reset`): `None` when the engine has no such
+/// call known to goodput.
+pub async fn reset(
+    client: &reqwest::Client,
+    target: &str,
+    served: Option<&ServedModel>,
+) -> Option<String> {
+    let (path, reports_success) = call(served?)?;
+    let url = format!("{}{path}", target.trim_end_matches('/'));
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        let response = client
+            .post(&url)
+            .timeout(crate::engine_metrics::identify::PROBE_TIMEOUT)
+            .send()
+            .await;
+        match response {
+            Ok(r) if r.status().is_success() => {
+                let success = !reports_success
+                    || r.json::<serde_json::Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["success"].as_bool())
+                        .unwrap_or(false);
+                if success {
+                    return Some(format!("POST {path}: emptied"));
+                }
+                last = "refused (blocks still in use)".to_owned();
+            }
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
+                let hint = if path == "/reset_prefix_cache" {
+                    " (vLLM serves it with VLLM_SERVER_DEV_MODE=1)"
+                } else {
+                    ""
+                };
+                return Some(format!(
+                    "POST {path}: not served{hint}; cold by unique prompts alone"
+                ));
+            }
+            Ok(r) => last = format!("HTTP {}", r.status().as_u16()),
+            Err(e) => last = super::client::error_chain(&e),
+        }
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(PAUSE).await;
+        }
+    }
+    Some(format!(
+        "POST {path}: {last} after {ATTEMPTS} attempts; cold by unique prompts alone"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_engine_has_its_own_call_or_none() {
+        let served = |owner: &str| ServedModel {
+            owned_by: Some(owner.to_owned()),
+            n_vocab: None,
+        };
+        assert_eq!(call(&served("vllm")), Some(("/reset_prefix_cache", true)));
+        assert_eq!(call(&served("sglang")), Some(("/flush_cache", false)));
+        assert_eq!(call(&served("llamacpp")), None);
+        assert_eq!(call(&ServedModel::default()), None);
+    }
+}
