@@ -603,12 +603,16 @@ pub async fn run_fault(
         (FaultSite::Fleet(fleet), Some(before)) => {
             let after = fleet.state(client).await?;
             let mut signals = watched(&snaps, victim, injected_ms, fault.kind, &model);
-            // The load generator's vocabulary probes went through the router before the
-            // load: not the load's requests.
+            // The load generator's vocabulary probes and cache reset went through the
+            // router before the load: not the load's requests.
             let probes = measured
                 .vocabulary
                 .as_ref()
-                .map_or(0, |v| u64::from(v.probes));
+                .map_or(0, |v| u64::from(v.probes))
+                + measured
+                    .cache_reset
+                    .as_ref()
+                    .map_or(0, |r| u64::from(r.requests));
             let received = after.received().saturating_sub(before.received());
             signals.router_received = Some(received.saturating_sub(probes));
             signals

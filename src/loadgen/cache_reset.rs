@@ -24,15 +24,35 @@ fn call(served: &ServedModel) -> Option<(&'static str, bool)> {
     }
 }
 
+/// What a cold point's reset did (`summary.json`'s `cache_reset`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheReset {
+    /// The call and its outcome, in words.
+    pub said: String,
+    /// Requests it sent (not the load's: a router in front counts them too).
+    pub requests: u32,
+}
+
 /// Empties the prefix cache of the engine behind `target` before a cold point, and says
-/// what happened (for `summary.json`'s `cache_reset`): `None` when the engine has no such
-/// call known to goodput.
+/// what happened: `None` when the engine has no such call known to goodput.
 pub async fn reset(
     client: &reqwest::Client,
     target: &str,
     served: Option<&ServedModel>,
-) -> Option<String> {
+) -> Option<CacheReset> {
     let (path, reports_success) = call(served?)?;
+    let (said, requests) = ask(client, target, path, reports_success).await;
+    Some(CacheReset { said, requests })
+}
+
+/// Sends the reset until it is done or refused for good: what happened, and how many
+/// requests that took.
+async fn ask(
+    client: &reqwest::Client,
+    target: &str,
+    path: &str,
+    reports_success: bool,
+) -> (String, u32) {
     let url = format!("{}{path}", target.trim_end_matches('/'));
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
@@ -50,19 +70,17 @@ pub async fn reset(
                         .and_then(|v| v["success"].as_bool())
                         .unwrap_or(false);
                 if success {
-                    return Some(format!("POST {path}: emptied"));
+                    return (format!("POST {path}: emptied"), attempt);
                 }
                 last = "refused (blocks still in use)".to_owned();
             }
+            // vLLM serves it only in its development mode (`VLLM_SERVER_DEV_MODE=1`), and
+            // goodput's simulated engine not at all.
             Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
-                let hint = if path == "/reset_prefix_cache" {
-                    " (vLLM serves it with VLLM_SERVER_DEV_MODE=1)"
-                } else {
-                    ""
-                };
-                return Some(format!(
-                    "POST {path}: not served{hint}; cold by unique prompts alone"
-                ));
+                return (
+                    format!("POST {path}: not served here; cold by unique prompts alone"),
+                    attempt,
+                );
             }
             Ok(r) => last = format!("HTTP {}", r.status().as_u16()),
             Err(e) => last = super::client::error_chain(&e),
@@ -71,9 +89,10 @@ pub async fn reset(
             tokio::time::sleep(PAUSE).await;
         }
     }
-    Some(format!(
-        "POST {path}: {last} after {ATTEMPTS} attempts; cold by unique prompts alone"
-    ))
+    (
+        format!("POST {path}: {last} after {ATTEMPTS} attempts; cold by unique prompts alone"),
+        ATTEMPTS,
+    )
 }
 
 #[cfg(test)]

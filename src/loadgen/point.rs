@@ -216,7 +216,7 @@ pub struct PointSummaryFile {
     /// A cold point: the engine's prefix cache emptied through its own call before the
     /// load (vLLM's `/reset_prefix_cache`, SGLang's `/flush_cache`), or why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_reset: Option<String>,
+    pub cache_reset: Option<super::cache_reset::CacheReset>,
     /// Prefixes sent before measurement (warm cache).
     pub prewarmed_prefixes: usize,
     /// Schedule: seed, blocks used, requests, shard and a hash of the exact schedule.
@@ -314,7 +314,7 @@ pub struct MeasuredPoint {
     /// Chat prompts: how their text was sized against the server's tokenizer.
     pub chat_sizing: Option<ChatSizing>,
     /// A cold point: the engine's cache reset, or why not.
-    pub cache_reset: Option<String>,
+    pub cache_reset: Option<super::cache_reset::CacheReset>,
 }
 
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
@@ -896,7 +896,7 @@ pub(crate) struct PointFacts<'a> {
     /// Chat prompts: their sizing against the server's tokenizer.
     pub chat_sizing: Option<ChatSizing>,
     /// A cold point: the engine's cache reset, or why not.
-    pub cache_reset: Option<String>,
+    pub cache_reset: Option<super::cache_reset::CacheReset>,
     /// Prefixes prewarmed.
     pub prewarmed: usize,
     /// Schedule facts.

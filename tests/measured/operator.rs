@@ -604,16 +604,16 @@ async fn a_shard_that_never_reports_or_a_result_that_does_not_parse_leaves_an_in
         "{unreadable}"
     );
     warning(&s.client, "faulty", "PointFailed", Duration::from_secs(5)).await;
-    // With nothing valid at 6 and 8 RPS the sweep goes on below them; the capacity rests
-    // on those measured points only.
-    assert!(
-        finished[2..]
-            .iter()
-            .all(|p| p.offered_rps.is_some_and(|r| r < 6.0)),
-        "{finished:#?}"
-    );
+    // The first point was not evidence, so its rate ran once more (the second point, whose
+    // result was spoiled); the capacity rests on the valid points only.
+    assert_eq!(finished[1].offered_rps, finished[0].offered_rps);
+    let highest_pass = finished
+        .iter()
+        .filter(|p| p.valid && p.verdict == FinishedPoint::PASS)
+        .filter_map(|p| p.offered_rps)
+        .reduce(f64::max);
     let capacity = cb.status.as_ref().and_then(|s| s.capacity_rps);
-    assert!(capacity.is_none_or(|c| c < 6.0), "{capacity:?}");
+    assert_eq!(capacity, highest_pass, "{finished:#?}");
 }
 
 /// moto's S3-compatible server on a free loopback port (`moto_server`, installed by
