@@ -267,12 +267,16 @@ pub fn supervised_vllm(test: &str) -> Option<Supervised> {
     let pid_file = dir.path().join("engine.pid");
     let port = free_port();
     let log = dir.path().join("engine.log");
-    let script = r#"trap 'kill "$engine" 2>/dev/null; wait "$engine"; exit 0' TERM
+    // Each engine leads a process group of its own; when it dies, the rest of the group
+    // (vLLM's engine core and worker outlive a SIGKILLed API server, and the worker polls
+    // its core) goes with it, as a container runtime takes a dead pod's processes.
+    let script = r#"trap 'kill -TERM -- -"$engine" 2>/dev/null; wait "$engine"; kill -KILL -- -"$engine" 2>/dev/null; exit 0' TERM
 while true; do
-  bash "$0" "$1" "$2" "$3" "$4" >>"$5" 2>&1 &
+  setsid bash "$0" "$1" "$2" "$3" "$4" >>"$5" 2>&1 &
   engine=$!
   echo "$engine" >"$6"
   wait "$engine"
+  kill -KILL -- -"$engine" 2>/dev/null
   sleep 1
 done"#;
     let supervisor = Command::new("bash")
