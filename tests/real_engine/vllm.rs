@@ -8,6 +8,27 @@ use crate::{loadgen, manifest_file, read_summary};
 
 use crate::EXAMPLE;
 
+/// `goodput bench SPEC --out OUT` as a user starts it beside the engine; its stdout, once it
+/// has succeeded.
+fn bench(spec: &std::path::Path, out: &std::path::Path) -> String {
+    let output = engine_fixture::goodput(&[
+        "bench",
+        spec.to_str().expect("a UTF-8 path"),
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+        "--quiet",
+    ])
+    .output()
+    .expect("goodput bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "goodput bench: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// The example benchmark pointed at `engine`, with `experiments` in place of its own.
 fn benchmark(engine: &RealEngine, experiments: Option<&str>) -> String {
     let yaml = EXAMPLE.replace("http://127.0.0.1:18000", &engine.url);
@@ -222,22 +243,8 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
     std::fs::write(&spec, benchmark(&engine, None)).expect("benchmark written");
     let out = dir.path().join("pack");
     let started = std::time::Instant::now();
-    let output = engine_fixture::goodput(&[
-        "bench",
-        spec.to_str().expect("a UTF-8 path"),
-        "--out",
-        out.to_str().expect("a UTF-8 path"),
-        "--quiet",
-    ])
-    .output()
-    .expect("goodput bench runs");
+    let stdout = bench(&spec, &out);
     let wall = started.elapsed();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "goodput bench: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     eprintln!("{stdout}(wall {:.0} s)", wall.as_secs_f64());
     let result: BenchResult =
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
@@ -355,21 +362,7 @@ fn a_killed_engine_is_detected_and_its_restart_brings_capacity_back() {
     std::fs::write(&spec, yaml).expect("benchmark written");
     let out = dir.path().join("pack");
     let killed = std::fs::read_to_string(&engine.pid_file).expect("the engine's pid");
-    let output = engine_fixture::goodput(&[
-        "bench",
-        spec.to_str().expect("a UTF-8 path"),
-        "--out",
-        out.to_str().expect("a UTF-8 path"),
-        "--quiet",
-    ])
-    .output()
-    .expect("goodput bench runs");
-    assert!(
-        output.status.success(),
-        "goodput bench: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    bench(&spec, &out);
     let result: BenchResult =
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
             .expect("sweep.json parses");
