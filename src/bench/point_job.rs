@@ -184,6 +184,7 @@ pub fn point_load(
         seed: mix64(seed ^ fnv1a(nonce, dir.as_bytes())),
         ..LoadConfig::for_manifest(m, target.url.clone(), target.model.clone(), mode)
     };
+    config.close_connections = connection_per_request(&spec.target, target);
     if ex.early_stop && matches!(key, PointKey::Rate { .. }) {
         config.early_stop = Some(crate::loadgen::run::EarlyStopConfig {
             gate: m.gate_config(),
@@ -207,9 +208,53 @@ pub fn point_load(
     Ok((config, plan))
 }
 
+/// Whether each request gets a connection of its own: against a real server with several
+/// replicas behind one address. A Service (kube-proxy) or an L4 load balancer spreads
+/// connections, not requests, so the few kept-alive connections of one client would load
+/// one replica and leave another idle (two vLLM pods behind a Service took 156 and 29 of
+/// one point's requests), a benchmark of the client, not the fleet; the many clients of
+/// production traffic spread like new connections do. A time-scaled simulated engine keeps
+/// its connections: it runs K times the rate, where a connection per request would cost
+/// the client more than the imbalance costs the measurement.
+pub fn connection_per_request(spec: &crate::api::Target, target: &PointTarget) -> bool {
+    let several = target.metrics_targets.len() > 1 || spec.replicas.is_some_and(|r| r > 1);
+    !spec.is_simulated() && target.time_scale == 1.0 && several
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_real_fleet_behind_one_address_gets_a_connection_per_request() {
+        let target = |metrics: usize, time_scale: f64| PointTarget {
+            url: "http://10.0.0.1:8000".into(),
+            model: "m".into(),
+            metrics_targets: (0..metrics)
+                .map(|i| format!("http://10.1.0.{i}:8000"))
+                .collect(),
+            discover_metrics: false,
+            time_scale,
+        };
+        let service = crate::api::Target {
+            service: Some(crate::api::ServiceTarget {
+                name: "vllm".into(),
+                port: 8000,
+                namespace: None,
+            }),
+            ..Default::default()
+        };
+        assert!(connection_per_request(&service, &target(2, 1.0)));
+        assert!(!connection_per_request(&service, &target(1, 1.0)));
+        assert!(!connection_per_request(&service, &target(2, 5.0)));
+        let declared = crate::api::Target {
+            replicas: Some(3),
+            ..service.clone()
+        };
+        assert!(connection_per_request(&declared, &target(0, 1.0)));
+        let simulated = crate::api::Target::default();
+        assert!(!connection_per_request(&simulated, &target(4, 1.0)));
+    }
 
     #[test]
     fn point_folders_name_mode_load_and_repeat() {

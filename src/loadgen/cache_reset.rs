@@ -2,7 +2,9 @@
 //! vLLM's `POST /reset_prefix_cache` (served when the engine runs with
 //! `VLLM_SERVER_DEV_MODE=1`) and SGLang's `POST /flush_cache`. Without one, a cold point
 //! stays cold by its prompts alone (each draws its own token ids or words), and the
-//! engine's prefix-cache counters (`engine_truth`) prove it either way.
+//! engine's prefix-cache counters (`engine_truth`) prove it either way. Behind a Service or
+//! a router each replica keeps its own cache, so a point that knows its replicas' addresses
+//! resets each one there: one reset through the front door would empty one of them.
 
 use std::time::Duration;
 
@@ -29,20 +31,52 @@ fn call(served: &ServedModel) -> Option<(&'static str, bool)> {
 pub struct CacheReset {
     /// The call and its outcome, in words.
     pub said: String,
-    /// Requests it sent (not the load's: a router in front counts them too).
+    /// Requests it sent to the target's address, which a router in front counts beside
+    /// the load's; 0 when each replica was reset at its own address.
     pub requests: u32,
 }
 
 /// Empties the prefix cache of the engine behind `target` before a cold point, and says
-/// what happened: `None` when the engine has no such call known to goodput.
+/// what happened: `None` when the engine has no such call known to goodput. With several
+/// `replicas` (their base URLs: the engine serves its API and `/metrics` on one port) each
+/// is reset at its own address.
 pub async fn reset(
     client: &reqwest::Client,
     target: &str,
+    replicas: &[String],
     served: Option<&ServedModel>,
 ) -> Option<CacheReset> {
     let (path, reports_success) = call(served?)?;
-    let (said, requests) = ask(client, target, path, reports_success).await;
-    Some(CacheReset { said, requests })
+    if replicas.len() <= 1 {
+        let (said, requests) = ask(client, target, path, reports_success).await;
+        return Some(CacheReset { said, requests });
+    }
+    let mut each = Vec::with_capacity(replicas.len());
+    for replica in replicas {
+        // A metrics target may name the page itself.
+        let base = replica.trim_end_matches('/');
+        let base = base.strip_suffix("/metrics").unwrap_or(base);
+        each.push(ask(client, base, path, reports_success).await.0);
+    }
+    Some(CacheReset {
+        said: each_replica(path, replicas, &each),
+        requests: 0,
+    })
+}
+
+/// One line for the resets of several replicas: `POST /reset_prefix_cache: emptied on each
+/// of 2 replicas`, else what each said.
+fn each_replica(path: &str, replicas: &[String], said: &[String]) -> String {
+    let emptied = format!("POST {path}: emptied");
+    if said.iter().all(|s| *s == emptied) {
+        return format!("{emptied} on each of {} replicas", replicas.len());
+    }
+    replicas
+        .iter()
+        .zip(said)
+        .map(|(r, s)| format!("{r}: {s}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Sends the reset until it is done or refused for good: what happened, and how many
@@ -109,5 +143,22 @@ mod tests {
         assert_eq!(call(&served("sglang")), Some(("/flush_cache", false)));
         assert_eq!(call(&served("llamacpp")), None);
         assert_eq!(call(&ServedModel::default()), None);
+    }
+
+    #[test]
+    fn several_replicas_are_summed_up_in_one_line_or_each_named() {
+        let path = "/reset_prefix_cache";
+        let replicas = ["http://a:8000".to_owned(), "http://b:8000".to_owned()];
+        let emptied = format!("POST {path}: emptied");
+        assert_eq!(
+            each_replica(path, &replicas, &[emptied.clone(), emptied.clone()]),
+            "POST /reset_prefix_cache: emptied on each of 2 replicas"
+        );
+        let refused =
+            format!("POST {path}: HTTP 500 after 5 attempts; cold by unique prompts alone");
+        assert_eq!(
+            each_replica(path, &replicas, &[emptied, refused.clone()]),
+            format!("http://a:8000: POST {path}: emptied; http://b:8000: {refused}")
+        );
     }
 }

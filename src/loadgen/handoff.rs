@@ -804,6 +804,10 @@ pub fn merge_shards(
                 t.add(&s.summary.client.totals);
                 t
             }),
+        cpu_throttling: ordered
+            .iter()
+            .filter_map(|s| s.summary.client.cpu_throttling)
+            .reduce(|a, b| a.add(&b)),
         errors: ErrorCount::merge(
             ordered
                 .iter()
@@ -863,6 +867,11 @@ pub fn merge_shards(
         vocabulary: first.summary.vocabulary.clone(),
         chat_sizing: first.summary.chat_sizing.clone(),
         cache_reset: first.summary.cache_reset.clone(),
+        // Every shard waits for the same engines: the longest wait says it.
+        drain: ordered
+            .iter()
+            .filter_map(|s| s.summary.drain.clone())
+            .max_by(|a, b| a.waited_s.total_cmp(&b.waited_s)),
         prewarmed: ordered
             .iter()
             .map(|s| s.summary.prewarmed_prefixes)

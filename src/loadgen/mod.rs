@@ -8,6 +8,8 @@
 pub mod bucket;
 pub mod cache_reset;
 pub mod client;
+pub mod cpu_throttle;
+pub mod drain;
 pub mod handoff;
 pub mod live_metrics;
 pub mod point;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::cpu_throttle::CpuThrottling;
 use super::prompt::PromptMethod;
 use super::record::write_requests_csv;
 use super::run::{
@@ -217,6 +218,10 @@ pub struct PointSummaryFile {
     /// load (vLLM's `/reset_prefix_cache`, SGLang's `/flush_cache`), or why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_reset: Option<super::cache_reset::CacheReset>,
+    /// The engines still had requests of earlier load when the point began: how many, how
+    /// long it waited for them (at most [`super::drain::MAX_WAIT`]) and what was left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<super::drain::Drain>,
     /// Prefixes sent before measurement (warm cache).
     pub prewarmed_prefixes: usize,
     /// Schedule: seed, blocks used, requests, shard and a hash of the exact schedule.
@@ -315,6 +320,8 @@ pub struct MeasuredPoint {
     pub chat_sizing: Option<ChatSizing>,
     /// A cold point: the engine's cache reset, or why not.
     pub cache_reset: Option<super::cache_reset::CacheReset>,
+    /// What the point waited for its engines to finish before its baseline.
+    pub drain: Option<super::drain::Drain>,
 }
 
 /// Runs the point and writes its files into `out_dir`. Returns the summary.
@@ -485,12 +492,23 @@ pub async fn measure_point(
         CacheMode::Warm => (prewarm(&client, config, longest_prompt).await, None),
         CacheMode::Cold => (
             0,
-            super::cache_reset::reset(&client, &config.target, served.as_ref()).await,
+            super::cache_reset::reset(
+                &client,
+                &config.target,
+                &plan.metrics_targets,
+                served.as_ref(),
+            )
+            .await,
         ),
     };
 
     // The engines' counters before any request of the load: their increase over the point
-    // is then the load's alone.
+    // is then the load's alone, once what earlier load left has finished.
+    let drain = if plan.metrics_targets.is_empty() {
+        None
+    } else {
+        super::drain::drain(&client, &plan.metrics_targets, super::drain::MAX_WAIT).await
+    };
     let baseline = if plan.metrics_targets.is_empty() {
         Vec::new()
     } else {
@@ -518,6 +536,7 @@ pub async fn measure_point(
     });
     zero.wait(stop.clone()).await;
     let started_unix_s = zero.started_unix_s;
+    let throttling_before = CpuThrottling::read();
     let mut run = run_point_from(
         client.clone(),
         config.clone(),
@@ -574,6 +593,9 @@ pub async fn measure_point(
         let more = run_point(client.clone(), more_config, part, stop.clone()).await;
         merge_runs(&mut run, more, offset);
     }
+    run.client.cpu_throttling = throttling_before
+        .zip(CpuThrottling::read())
+        .map(|(before, after)| after.since(&before));
     let _ = scrape_stop_tx.send(true);
     let series = match scraper {
         Some(task) => task.await.ok(),
@@ -598,6 +620,7 @@ pub async fn measure_point(
         vocabulary,
         chat_sizing,
         cache_reset,
+        drain,
     })
 }
 
@@ -897,6 +920,8 @@ pub(crate) struct PointFacts<'a> {
     pub chat_sizing: Option<ChatSizing>,
     /// A cold point: the engine's cache reset, or why not.
     pub cache_reset: Option<super::cache_reset::CacheReset>,
+    /// What the point waited for its engines to finish before its baseline.
+    pub drain: Option<super::drain::Drain>,
     /// Prefixes prewarmed.
     pub prewarmed: usize,
     /// Schedule facts.
@@ -959,10 +984,14 @@ impl PointFacts<'_> {
         let late_start = client.start_lateness_ms > self.max_lag_ms;
         let mut notes = Vec::new();
         if lagging {
-            let why = format!(
+            let mut why = format!(
                 "the client fell behind its schedule: lag P99 {:.2} ms > {} ms (max {:.2} ms)",
                 client.schedule_lag_ms.p99, self.max_lag_ms, client.schedule_lag_ms.max
             );
+            if let Some(throttled) = client.cpu_throttling.as_ref().and_then(|t| t.evidence()) {
+                why.push_str("; ");
+                why.push_str(&throttled);
+            }
             if lag_explains {
                 reasons.push(why);
             } else {
@@ -1054,6 +1083,7 @@ impl PointFacts<'_> {
             vocabulary: self.vocabulary,
             chat_sizing: self.chat_sizing,
             cache_reset: self.cache_reset,
+            drain: self.drain,
             prewarmed_prefixes: self.prewarmed,
             schedule: self.schedule,
             validity: Validity {
@@ -1109,6 +1139,7 @@ fn summarize(
         vocabulary: point.vocabulary.clone(),
         chat_sizing: point.chat_sizing.clone(),
         cache_reset: point.cache_reset.clone(),
+        drain: point.drain.clone(),
         prewarmed: point.prewarmed,
         schedule: point.schedule.clone(),
         client: run.client.clone(),

@@ -320,6 +320,11 @@ pub struct ClientFacts {
     /// over the point, for the truth checks.
     #[serde(default)]
     pub totals: RunTotals,
+    /// The client's cgroup CPU throttling from its time zero to its last response (the
+    /// shards' sum), where the cgroup's `cpu.stat` can be read: the evidence when a CPU
+    /// limit, not the target, kept the client behind its schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_throttling: Option<super::cpu_throttle::CpuThrottling>,
 }
 
 /// What a run sent and got back over every request, warmup included (the engine's counters

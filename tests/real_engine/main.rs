@@ -3,13 +3,19 @@
 //! user runs it, `goodput` started in a session of its own on the CPU the engine does not
 //! use; every figure is held to what the engine itself counted.
 //!
+//! The cluster tests run vLLM as the pods of a Deployment in the in-repo test cluster
+//! (`cluster.rs`), benchmarked by the operator through a Service.
+//!
 //! A binary of its own: an idle vLLM still polls its core, so nothing else may measure
 //! while one runs, and cargo runs test binaries one after another. Within it the tests take
 //! the machine one at a time ([`machine`]).
 
 #[path = "../support/real_engine.rs"]
 mod engine_fixture;
+#[path = "../support/operator.rs"]
+mod harness;
 
+mod cluster;
 mod llama_cpp;
 mod vllm;
 

@@ -110,6 +110,25 @@ fn shared(kind: Kind) -> Option<RealEngine> {
     Some(engine)
 }
 
+/// vLLM's environment and the tiny model (built on first use) for a test that runs the
+/// engine its own way, as a test cluster's pods running [`serve_vllm`]; the shared engine
+/// stopped first, so the new engines have the engine's CPU to themselves. `None` (after
+/// printing why) when vLLM is not installed here.
+pub fn vllm_for_pods(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let Some(venv) = venv() else {
+        println!("SKIPPED: {test}: vLLM is not installed (see tests/engines/)");
+        return None;
+    };
+    stop_shared();
+    let model = model(&venv);
+    Some((venv, model))
+}
+
+/// The script that serves vLLM: `serve-vllm.sh VENV MODEL_DIR PORT [NAME]`.
+pub fn serve_vllm() -> PathBuf {
+    repo().join("tests/engines/serve-vllm.sh")
+}
+
 /// Stops the shared engine, if one runs (for a test that starts an engine of its own).
 pub fn stop_shared() {
     let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());

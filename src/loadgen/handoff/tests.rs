@@ -189,6 +189,7 @@ fn measured(shard: u32, shards: u32) -> (MeasuredPoint, PointSummaryFile, PointP
         vocabulary: None,
         chat_sizing: None,
         cache_reset: None,
+        drain: None,
         prompt_method: PromptMethod::TokenIds,
     };
     let summary = m.summarize(&config(), &plan).expect("summarises");
@@ -277,6 +278,33 @@ fn four_shards_through_config_maps_merge_to_the_whole_point() {
 
     // The merged requests.csv is the whole point's, byte for byte.
     assert_eq!(merged_requests_csv(&read).expect("csv"), whole_csv);
+    assert_eq!(s.client.cpu_throttling, None, "no shard read its cgroup");
+}
+
+#[test]
+fn the_shards_cpu_throttling_adds_up() {
+    use crate::loadgen::cpu_throttle::CpuThrottling;
+    let mut shards: Vec<ShardResult> = (0..3).map(|i| shard_result(i, 3)).collect();
+    let throttled = CpuThrottling {
+        periods: 100,
+        throttled_periods: 7,
+        throttled_ms: 70.0,
+    };
+    shards[0].summary.client.cpu_throttling = Some(throttled);
+    shards[2].summary.client.cpu_throttling = Some(CpuThrottling {
+        throttled_periods: 0,
+        throttled_ms: 0.0,
+        ..throttled
+    });
+    let merged = merge_shards(&shards, &gate()).expect("merges");
+    assert_eq!(
+        merged.summary.client.cpu_throttling,
+        Some(CpuThrottling {
+            periods: 200,
+            throttled_periods: 7,
+            throttled_ms: 70.0
+        })
+    );
 }
 
 #[test]
