@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::engine_metrics::parse::Sample;
+use crate::engine_metrics::identify::PROBE_TIMEOUT;
+use crate::engine_metrics::parse::{Exposition, Sample};
 use crate::engine_metrics::profile::{Concept, concept_value, detect};
-use crate::engine_metrics::scrape::scrape_round;
+use crate::engine_metrics::scrape::{ScrapeError, scrape_round};
 
 /// The longest a point waits for its engines to drain: a deployment that serves other
 /// traffic never does, and a point then starts anyway, saying what was left.
@@ -43,37 +44,38 @@ pub fn in_flight(samples: &[Sample]) -> Option<f64> {
 }
 
 /// Waits, at most `max_wait`, until no page of `targets` shows a request running or
-/// waiting. `None` when nothing was in flight at the first look, or no page says.
+/// waiting, and returns the wait (`None` when nothing was in flight at the first look, or
+/// no page says) with the last round of pages: a point's baseline, taken once the engines
+/// are idle.
 pub async fn drain(
     client: &reqwest::Client,
     targets: &[String],
     max_wait: Duration,
-) -> Option<Drain> {
+) -> (Option<Drain>, Vec<Result<Exposition, ScrapeError>>) {
     let start = Instant::now();
     let mut found = None;
     loop {
-        let pages = scrape_round(
-            client,
-            targets,
-            crate::engine_metrics::identify::PROBE_TIMEOUT,
-        )
-        .await;
-        let left = pages
+        let pages = scrape_round(client, targets, PROBE_TIMEOUT).await;
+        let Some(left) = pages
             .iter()
             .filter_map(|p| p.as_ref().ok())
             .filter_map(|p| in_flight(&p.samples))
-            .reduce(|a, b| a + b)?;
+            .reduce(|a, b| a + b)
+        else {
+            return (None, pages);
+        };
         let found = *found.get_or_insert(left);
         if found <= 0.0 {
-            return None;
+            return (None, pages);
         }
         let waited = start.elapsed();
         if left <= 0.0 || waited >= max_wait {
-            return Some(Drain {
+            let drain = Drain {
                 found,
                 waited_s: waited.as_secs_f64(),
                 left: left.max(0.0),
-            });
+            };
+            return (Some(drain), pages);
         }
         tokio::time::sleep(POLL).await;
     }

@@ -21,7 +21,7 @@ use crate::analysis::{
 };
 use crate::api::CacheMode;
 use crate::engine_metrics::findings::{EngineFindings, findings};
-use crate::engine_metrics::scrape::{scrape_loop_from, scrape_round};
+use crate::engine_metrics::scrape::scrape_loop_from;
 use crate::engine_metrics::series::MetricsSeries;
 use crate::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
@@ -504,20 +504,11 @@ pub async fn measure_point(
 
     // The engines' counters before any request of the load: their increase over the point
     // is then the load's alone, once what earlier load left has finished.
-    let drain = if plan.metrics_targets.is_empty() {
-        None
+    // The drain's last round of pages is that baseline.
+    let (drain, baseline) = if plan.metrics_targets.is_empty() {
+        (None, Vec::new())
     } else {
         super::drain::drain(&client, &plan.metrics_targets, super::drain::MAX_WAIT).await
-    };
-    let baseline = if plan.metrics_targets.is_empty() {
-        Vec::new()
-    } else {
-        scrape_round(
-            &client,
-            &plan.metrics_targets,
-            crate::engine_metrics::identify::PROBE_TIMEOUT,
-        )
-        .await
     };
     let zero = TimeZero::new(plan.start_at_unix_s);
     let (scrape_stop_tx, scrape_stop_rx) = watch::channel(false);
@@ -534,9 +525,10 @@ pub async fn measure_point(
             baseline,
         ))
     });
+    // Read off the sending path: before time zero, not between it and the first send.
+    let throttling_before = CpuThrottling::read();
     zero.wait(stop.clone()).await;
     let started_unix_s = zero.started_unix_s;
-    let throttling_before = CpuThrottling::read();
     let mut run = run_point_from(
         client.clone(),
         config.clone(),

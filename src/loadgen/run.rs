@@ -80,9 +80,11 @@ pub struct LoadConfig {
     /// Text prompts: tokens the server's chat template adds to each request, taken off its
     /// text so that the server counts the scheduled length.
     pub chat_template_tokens: u32,
-    /// Send `Connection: close` with every request: for a server that closes its
-    /// connections after a streamed response without saying so (llama.cpp), which a
-    /// reused connection would turn into failures that are the client's doing.
+    /// Send `Connection: close` with every request, so each has a connection of its own:
+    /// for a server that closes its connections after a streamed response without saying
+    /// so (llama.cpp), which a reused connection would turn into failures that are the
+    /// client's doing, and for replicas behind one address that balances connections
+    /// ([`crate::bench::point_job::connection_per_request`]).
     pub close_connections: bool,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,
@@ -320,9 +322,9 @@ pub struct ClientFacts {
     /// over the point, for the truth checks.
     #[serde(default)]
     pub totals: RunTotals,
-    /// The client's cgroup CPU throttling from its time zero to its last response (the
-    /// shards' sum), where the cgroup's `cpu.stat` can be read: the evidence when a CPU
-    /// limit, not the target, kept the client behind its schedule.
+    /// The client's cgroup CPU throttling from just before its time zero to its last
+    /// response (the shards' sum), where the cgroup's `cpu.stat` can be read: the evidence
+    /// when a CPU limit, not the target, kept the client behind its schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_throttling: Option<super::cpu_throttle::CpuThrottling>,
 }

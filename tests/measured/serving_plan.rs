@@ -13,7 +13,7 @@ use crate::harness;
 
 use std::time::Duration;
 
-use fixture::{IDENTITY, NS, engines, evidence, unstarted_engines};
+use fixture::{IDENTITY, NS, condition, engines, evidence, unstarted_engines};
 use goodput::api::conditions::plan::{self as plan_cond, reason};
 use goodput::api::{CapacityBenchmark, ServingPlan, Verification};
 use harness::{Operator, Setup, setup};
@@ -60,16 +60,6 @@ async fn plan_until(
     done: impl Fn(&ServingPlan) -> bool,
 ) -> ServingPlan {
     fixture::plan_until(client, PLAN, timeout, what, done).await
-}
-
-fn condition<'a>(plan: &'a ServingPlan, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
-    let c = plan
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.as_str(), c.reason.as_str(), c.message.as_str()))
 }
 
 async fn warnings(client: &kube::Client, reason: &str) -> Vec<String> {

@@ -15,8 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use goodput::api::conditions::plan as plan_cond;
-use goodput::api::{CapacityBenchmark, ModeCapacity, Phase, ServingPlan, Verification};
-use goodput::bench::result::BenchResult;
+use goodput::api::{ModeCapacity, Phase, ServingPlan, Verification};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
@@ -24,9 +23,9 @@ use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 use crate::engine_fixture::{self, CLIENT_CPUS, ENGINE_CPUS, MODEL};
+use crate::fixture::{self, NS};
 use crate::harness;
 
-const NS: &str = "default";
 /// The Deployment, its pods' `app` label and the Service.
 const APP: &str = "tiny-llama";
 /// The engine's port in each pod.
@@ -272,43 +271,20 @@ fn a_two_pod_vllm_deployment_is_benchmarked_planned_and_revalidated_at_three() {
         std::fs::write(&spec, benchmark_yaml(&target)).expect("benchmark written");
         let out = s.dir.path().join("pack");
         let started = Instant::now();
-        let run = tokio::process::Command::from(engine_fixture::goodput(&[
-            "bench",
-            spec.to_str().expect("a UTF-8 path"),
-            "--out",
-            out.to_str().expect("a UTF-8 path"),
-            "--quiet",
-        ]))
-        .output()
-        .await
-        .expect("goodput bench runs");
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        assert!(
-            run.status.success(),
-            "goodput bench: {stdout}\n{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        // On a blocking thread: this runtime serves the cluster (its Service proxy too).
+        let (stdout, result) = {
+            let (spec, out) = (spec.clone(), out.clone());
+            tokio::task::spawn_blocking(move || crate::bench(&spec, &out))
+                .await
+                .expect("goodput bench ran")
+        };
         eprintln!(
             "{stdout}(bench wall {:.0} s)",
             started.elapsed().as_secs_f64()
         );
-        let result: BenchResult = serde_json::from_str(
-            &std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"),
-        )
-        .expect("sweep.json parses");
         assert_eq!(result.target.engine_profile.as_deref(), Some("vllm"));
         let cold = &result.modes[0];
-        let invalid: Vec<_> = cold
-            .points
-            .iter()
-            .filter(|p| !p.valid)
-            .map(|p| (p.offered_rps, &p.validity_reasons))
-            .collect();
-        assert!(invalid.is_empty(), "bench: {invalid:?}");
-        let bench_capacity = cold.capacity_rps.expect("bench: a capacity");
-        let bench_bracket = cold.bracket.expect("bench: a bracket");
-        assert_eq!(bench_bracket.pass, bench_capacity);
-        assert!(bench_bracket.width() <= 0.10, "bench: {bench_bracket:?}");
+        let (bench_capacity, bench_bracket) = crate::measured_capacity(cold);
         // Each pod's cache was emptied at its own address before each cold rate point.
         for p in &cold.points {
             let summary = crate::read_summary(&out.join(&p.dir));
@@ -428,7 +404,7 @@ spec:
             .create(&PostParams::default(), &plan)
             .await
             .expect("the plan is accepted");
-        let applied = plan_until(c, Duration::from_secs(60), "three replicas applied", |p| {
+        let applied = fixture::plan_until(c, PLAN, Duration::from_secs(60), "three replicas applied", |p| {
             p.status
                 .as_ref()
                 .and_then(|s| s.applied.as_ref())
@@ -454,17 +430,11 @@ spec:
         // than two (a whole revalidation measured 1.04 RPS against the 7.8 expected, a
         // Shortfall, in 17 minutes): its end is waited for only with
         // GOODPUT_REAL_ENGINE_FULL_REVALIDATION=1.
-        let running = plan_until(c, Duration::from_secs(120), "a revalidation", |p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.verification.as_ref())
-                .is_some_and(|v| v.replicas == 3)
+        let running = fixture::plan_until(c, PLAN, Duration::from_secs(120), "a revalidation", |p| {
+            verification(p).is_some_and(|v| v.replicas == 3)
         })
         .await;
-        let name = running
-            .status
-            .as_ref()
-            .and_then(|s| s.verification.as_ref())
+        let name = verification(&running)
             .map(|v| v.benchmark.clone())
             .expect("the revalidation's benchmark");
         let own = harness::wait_for(
@@ -494,80 +464,39 @@ spec:
             return;
         }
         let started = Instant::now();
-        let verified = plan_until(c, Duration::from_secs(1500), "a verification", |p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.verification.as_ref())
-                .is_some_and(|v| v.state != Verification::RUNNING)
+        let verified = fixture::plan_until(c, PLAN, Duration::from_secs(1500), "a verification", |p| {
+            verification(p).is_some_and(|v| v.state != Verification::RUNNING)
         })
         .await;
         eprintln!("revalidation wall {:.0} s", started.elapsed().as_secs_f64());
         ready_pods(c, 3, Duration::from_secs(5)).await;
-        let v = verified
-            .status
-            .as_ref()
-            .and_then(|s| s.verification.clone())
-            .expect("a verification");
+        let v = verification(&verified).cloned().expect("a verification");
         eprintln!("verification: {v:#?}");
         assert_eq!(v.replicas, 3);
         let expected = v.expected_fleet_rps.expect("an expectation");
         assert!((expected - 3.0 * per_replica).abs() < 1e-3, "{v:#?}");
-        let own: CapacityBenchmark = Api::<CapacityBenchmark>::namespaced(c.clone(), NS)
-            .get(&v.benchmark)
-            .await
-            .expect("the revalidation benchmark");
-        let own_status = own.status.as_ref().expect("its status");
-        assert_eq!(
-            own_status.resolved.as_ref().map(|r| r.engine.as_str()),
-            Some("vllm")
-        );
-        assert_eq!(own.spec.target.replicas, Some(3));
+        // The verdict is the benchmark's above: vLLM on three replicas.
+        assert_eq!(v.benchmark, name);
         // Verified exactly when the three pods carried the peak and the linear expectation
         // (what the plan's verification asks); a shortfall names its measurement.
         let measured = v.measured_fleet_rps;
-        let (condition, _) = plan_condition(&verified, plan_cond::VERIFIED);
+        let condition = fixture::condition(&verified, plan_cond::VERIFIED).map(|c| c.0);
         match v.state.as_str() {
             Verification::VERIFIED => {
                 assert!(measured.is_some_and(|m| m >= expected), "{v:#?}");
-                assert_eq!(condition, "True");
+                assert_eq!(condition, Some("True"));
             }
             Verification::SHORTFALL => {
                 assert!(measured.is_none_or(|m| m < expected), "{v:#?}");
                 assert!(v.shortfall_rps.is_some_and(|s| s > 0.0), "{v:#?}");
-                assert_eq!(condition, "False");
+                assert_eq!(condition, Some("False"));
             }
             other => panic!("the revalidation did not measure: {other}: {v:#?}"),
         }
     });
 }
 
-/// Polls the plan until `done` holds, or panics after `timeout` with its status.
-async fn plan_until(
-    client: &kube::Client,
-    timeout: Duration,
-    what: &str,
-    done: impl Fn(&ServingPlan) -> bool,
-) -> ServingPlan {
-    let api: Api<ServingPlan> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + timeout;
-    loop {
-        let plan = api.get(PLAN).await.expect("the plan reads");
-        if done(&plan) {
-            return plan;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:#?}",
-            plan.status
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A condition's status and reason (empty when absent).
-fn plan_condition<'a>(plan: &'a ServingPlan, type_: &str) -> (&'a str, &'a str) {
-    plan.status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .map_or(("", ""), |c| (c.status.as_str(), c.reason.as_str()))
+/// The plan's verification, once there is one.
+fn verification(plan: &ServingPlan) -> Option<&Verification> {
+    plan.status.as_ref()?.verification.as_ref()
 }

@@ -12,6 +12,8 @@
 
 #[path = "../support/real_engine.rs"]
 mod engine_fixture;
+#[path = "../support/serving_plan.rs"]
+mod fixture;
 #[path = "../support/operator.rs"]
 mod harness;
 
@@ -22,6 +24,8 @@ mod vllm;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use goodput::api::CapacityBracket;
+use goodput::bench::result::{BenchResult, ModeResult};
 use goodput::loadgen::point::PointSummaryFile;
 
 use engine_fixture::{MODEL, RealEngine};
@@ -41,6 +45,46 @@ pub const EXAMPLE: &str = include_str!("../../examples/capacity-benchmark-vllm-c
 pub fn read_summary(dir: &Path) -> PointSummaryFile {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
     serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// `goodput bench SPEC --out OUT` as a user starts it beside the engine, once it has
+/// succeeded: its stdout and the pack's `sweep.json`.
+pub fn bench(spec: &Path, out: &Path) -> (String, BenchResult) {
+    let output = engine_fixture::goodput(&[
+        "bench",
+        spec.to_str().expect("a UTF-8 path"),
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+        "--quiet",
+    ])
+    .output()
+    .expect("goodput bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "goodput bench: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json");
+    let result = serde_json::from_str(&text).expect("sweep.json parses");
+    (stdout, result)
+}
+
+/// A mode of `goodput bench` measured as the bar asks: every point valid, a capacity, and a
+/// bracket within 10% that starts at it.
+pub fn measured_capacity(mode: &ModeResult) -> (f64, CapacityBracket) {
+    let invalid: Vec<_> = mode
+        .points
+        .iter()
+        .filter(|p| !p.valid)
+        .map(|p| (p.offered_rps, &p.validity_reasons))
+        .collect();
+    assert!(invalid.is_empty(), "{invalid:?}");
+    let capacity = mode.capacity_rps.expect("a capacity");
+    let bracket = mode.bracket.expect("a bracket");
+    assert_eq!(bracket.pass, capacity);
+    assert!(bracket.width() <= 0.10, "{bracket:?}");
+    (capacity, bracket)
 }
 
 /// `goodput loadgen` at `rate` with `args`, writing into `out`.

@@ -1,33 +1,10 @@
 //! vLLM's CPU build: its page, points counted alike by client and engine, chat sizing,
 //! `goodput bench`'s capacity and a failure test that kills its process.
 
-use goodput::bench::result::BenchResult;
-
 use crate::engine_fixture::{self, MODEL, RealEngine};
-use crate::{loadgen, manifest_file, read_summary};
+use crate::{bench, loadgen, manifest_file, measured_capacity, read_summary};
 
 use crate::EXAMPLE;
-
-/// `goodput bench SPEC --out OUT` as a user starts it beside the engine; its stdout, once it
-/// has succeeded.
-fn bench(spec: &std::path::Path, out: &std::path::Path) -> String {
-    let output = engine_fixture::goodput(&[
-        "bench",
-        spec.to_str().expect("a UTF-8 path"),
-        "--out",
-        out.to_str().expect("a UTF-8 path"),
-        "--quiet",
-    ])
-    .output()
-    .expect("goodput bench runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "goodput bench: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 /// The example benchmark pointed at `engine`, with `experiments` in place of its own.
 fn benchmark(engine: &RealEngine, experiments: Option<&str>) -> String {
@@ -243,26 +220,13 @@ fn goodput_bench_finds_the_capacity_of_vllm() {
     std::fs::write(&spec, benchmark(&engine, None)).expect("benchmark written");
     let out = dir.path().join("pack");
     let started = std::time::Instant::now();
-    let stdout = bench(&spec, &out);
+    let (stdout, result) = bench(&spec, &out);
     let wall = started.elapsed();
     eprintln!("{stdout}(wall {:.0} s)", wall.as_secs_f64());
-    let result: BenchResult =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
-            .expect("sweep.json parses");
     assert!(wall.as_secs() < 15 * 60, "{wall:?}");
     assert_eq!(result.target.engine_profile.as_deref(), Some("vllm"));
     let cold = &result.modes[0];
-    let invalid: Vec<_> = cold
-        .points
-        .iter()
-        .filter(|p| !p.valid)
-        .map(|p| (p.offered_rps, &p.validity_reasons))
-        .collect();
-    assert!(invalid.is_empty(), "{invalid:?}");
-    let capacity = cold.capacity_rps.expect("a capacity");
-    let bracket = cold.bracket.expect("a bracket");
-    assert_eq!(bracket.pass, capacity);
-    assert!(bracket.width() <= 0.10, "{bracket:?}");
+    let (capacity, _) = measured_capacity(cold);
     // Held to the engine's own ceiling: no open-loop capacity above what a closed loop at
     // the highest concurrency completed.
     let ceiling = cold
@@ -362,10 +326,7 @@ fn a_killed_engine_is_detected_and_its_restart_brings_capacity_back() {
     std::fs::write(&spec, yaml).expect("benchmark written");
     let out = dir.path().join("pack");
     let killed = std::fs::read_to_string(&engine.pid_file).expect("the engine's pid");
-    bench(&spec, &out);
-    let result: BenchResult =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json"))
-            .expect("sweep.json parses");
+    let (_, result) = bench(&spec, &out);
     let report = result.failure_tests.first().expect("the failure test ran");
     eprintln!(
         "killed at {:.1} s, detected at {:?} by {:?}, serving again at {:?}, errors {:?}–{:?}, \

@@ -200,3 +200,14 @@ pub async fn plan_until(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The plan's condition `type_`: its status, reason and message.
+pub fn condition<'a>(plan: &'a ServingPlan, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let c = plan
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
