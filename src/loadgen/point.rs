@@ -827,6 +827,20 @@ fn queue_trend(
                         .into(),
                 );
             }
+            // Requests the client sent that the engine has not taken in: a front end
+            // (vLLM's API server on a starved core, its tokenizer) holds them. The queue the
+            // user sees grows though the engine's own stays flat.
+            if waiting != QueueTrend::Growing
+                && client_trend(in_flight, from_s, to_s) == QueueTrend::Growing
+            {
+                return (
+                    QueueTrend::Growing,
+                    "client in-flight requests (least-squares slope; the engine's running plus \
+                     waiting stayed flat: requests queued in front of the engine, in its HTTP \
+                     server or tokenizer)"
+                        .into(),
+                );
+            }
             return (
                 waiting,
                 "engine waiting-queue gauge (least-squares slope)".into(),
@@ -1332,6 +1346,49 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// One target's waiting and running gauges over ten one-second rounds.
+    fn gauges(waiting: impl Fn(f64) -> f64, running: impl Fn(f64) -> f64) -> MetricsSeries {
+        let mut s = scrapes(&["http://a:8000"], &[(0, true); 10]);
+        for x in &mut s.samples {
+            x.values.insert("queue_waiting".into(), waiting(x.t_s));
+            x.values.insert("running".into(), running(x.t_s));
+        }
+        s
+    }
+
+    #[test]
+    fn the_queue_trend_is_the_growth_wherever_the_requests_wait() {
+        let flat = |_: f64| 4.0;
+        let growing = |t: f64| 4.0 + 6.0 * t;
+        let client = |f: &dyn Fn(f64) -> f64| -> Vec<(f64, f64)> {
+            (0..10).map(|t| (t as f64, f(t as f64))).collect()
+        };
+        // Engine and client flat: flat, from the engine's gauge.
+        let quiet = gauges(flat, flat);
+        let (trend, source) = queue_trend(&client(&flat), Some(&quiet), 0.0, 9.0);
+        assert_eq!(trend, QueueTrend::Flat);
+        assert!(source.starts_with("engine waiting-queue"), "{source}");
+        // The waiting queue grows: growing, from the engine.
+        let waiting = gauges(growing, flat);
+        let (trend, source) = queue_trend(&client(&growing), Some(&waiting), 0.0, 9.0);
+        assert_eq!(trend, QueueTrend::Growing);
+        assert!(source.starts_with("engine waiting-queue"), "{source}");
+        // Everything admitted into the running batch: growing inside the engine.
+        let running = gauges(flat, growing);
+        let (trend, source) = queue_trend(&client(&growing), Some(&running), 0.0, 9.0);
+        assert_eq!(trend, QueueTrend::Growing);
+        assert!(source.starts_with("requests inside the engine"), "{source}");
+        // The engine flat while the client's in-flight count grows (vLLM's API server on a
+        // starved core at 2.4 times its capacity): the requests wait in front of it.
+        let (trend, source) = queue_trend(&client(&growing), Some(&quiet), 0.0, 9.0);
+        assert_eq!(trend, QueueTrend::Growing);
+        assert!(source.contains("in front of the engine"), "{source}");
+        // Without engine pages the client's count decides alone.
+        let (trend, source) = queue_trend(&client(&growing), None, 0.0, 9.0);
+        assert_eq!(trend, QueueTrend::Growing);
+        assert!(source.contains("no engine metrics"), "{source}");
     }
 
     #[test]
