@@ -1,8 +1,8 @@
 //! The integration tests that measure time or rates: simulated engines, load generators,
 //! the router and the operator running benchmarks on the test cluster. Every test here
-//! holds its share of [`MACHINE`] for its whole run, and cargo runs this binary after `it` has
-//! finished, so a measurement has the machine to itself: nothing else's load becomes its
-//! latency.
+//! holds its share of [`MACHINE`] for its whole run, and the binary runs only when named
+//! (`cargo test --test measured`, `test = false` in `Cargo.toml`), alone, so a measurement
+//! has the machine to itself: nothing else's load becomes its latency.
 //! The shared fixtures under `tests/support/` are mounted once here.
 
 #[path = "../support/prometheus.rs"]

@@ -7,8 +7,8 @@
 //! (`cluster.rs`), benchmarked by the operator through a Service.
 //!
 //! A binary of its own: an idle vLLM still polls its core, so nothing else may measure
-//! while one runs, and cargo runs test binaries one after another. Within it the tests take
-//! the machine one at a time ([`machine`]).
+//! while one runs, and it runs only when named (`cargo test --test real_engine`), alone.
+//! Within it the tests take the machine one at a time ([`machine`]).
 
 #[path = "../support/real_engine.rs"]
 mod engine_fixture;

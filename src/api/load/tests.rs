@@ -225,21 +225,6 @@ fn the_crd_yaml_reads_back_as_the_crd() {
     );
 }
 
-/// The drift check: every file under `crds/` is what `goodput crds` generates.
-#[test]
-fn the_committed_crds_are_current() {
-    let committed = [
-        include_str!("../../../crds/capacitybenchmark.yaml"),
-        include_str!("../../../crds/servingplan.yaml"),
-    ];
-    for ((file, generated), committed) in crd_files().iter().zip(committed) {
-        assert!(
-            committed == generated,
-            "crds/{file} drifted: run `cargo run -- crds --write crds`"
-        );
-    }
-}
-
 #[test]
 fn a_valid_benchmark_resolves_its_inline_manifest() {
     let loaded = parse(VALID).unwrap();
