@@ -26,5 +26,6 @@ pub mod http_client;
 pub mod loadgen;
 pub mod pack;
 pub mod planning;
+pub mod record;
 pub mod sim;
 pub mod workload;

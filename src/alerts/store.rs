@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::analysis::{meets_slo, nearest_rank};
 use crate::engine_metrics::{Concept, EngineKind, MetricKind, MetricsSeries};
-use crate::loadgen::record::RequestRecord;
+use crate::record::RequestRecord;
 
 /// Client metric: completed requests by `class` and `result` (`ok` or `error`), counter.
 pub const CLIENT_REQUESTS_TOTAL: &str = "goodput_loadgen_requests_total";

@@ -91,58 +91,8 @@ fn default_faults() -> Vec<Fault> {
     vec![Fault::default()]
 }
 
-/// What a failure test injects.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum FaultKind {
-    /// The replica dies (locally: the simulated engine's kill; in a cluster: its pod is
-    /// deleted). It must be detected and removed from routing, and its replacement must
-    /// bring capacity back.
-    #[default]
-    KillReplica,
-    /// A new replica joins cold (locally: a replica kept out of rotation starts at the
-    /// injection with its load time; in a cluster: the target is scaled up by one).
-    ColdStart,
-    /// The replica's usable KV cache is cut to `kvFraction` (simulated engine only).
-    KvCapacity,
-    /// Latency and jitter added on the replica's link (simulated engine only).
-    DegradedLink,
-    /// Clients go away mid-stream: for `durationSeconds`, a `cancelFraction` of the
-    /// requests are aborted by the load generator after `cancelAfterChunks` content
-    /// chunks. The engine must free their slots (count them as aborted, running and KV
-    /// back to the baseline) and the other requests keep their SLOs. `replica` is not
-    /// used: the clients of every replica cancel.
-    RequestCancel,
-}
-
-impl FaultKind {
-    /// The name in reports and folders.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::KillReplica => "KillReplica",
-            FaultKind::ColdStart => "ColdStart",
-            FaultKind::KvCapacity => "KvCapacity",
-            FaultKind::DegradedLink => "DegradedLink",
-            FaultKind::RequestCancel => "RequestCancel",
-        }
-    }
-
-    /// The pack folder of this fault's test: `failure/kill-replica`.
-    pub fn dir(self) -> &'static str {
-        match self {
-            FaultKind::KillReplica => "failure/kill-replica",
-            FaultKind::ColdStart => "failure/cold-start",
-            FaultKind::KvCapacity => "failure/kv-capacity",
-            FaultKind::DegradedLink => "failure/degraded-link",
-            FaultKind::RequestCancel => "failure/request-cancel",
-        }
-    }
-}
-
-impl std::fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The kind lives with the failure analysis (the pure core); the CRD field is this type.
+pub use crate::failure::FaultKind;
 
 /// One fault.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -21,6 +21,7 @@ use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
 use crate::analysis::{EarlyStop, EarlyStopper, GateConfig, nearest_rank_many};
 use crate::api::CacheMode;
+pub use crate::record::CancelPlan;
 use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
 
 /// Open or closed loop.
@@ -111,35 +112,6 @@ pub struct EarlyStopConfig {
     /// Real-time milliseconds per millisecond of the run's clock: K against an engine K
     /// times faster than real time, else 1.
     pub latency_scale: f64,
-}
-
-/// Which requests the client cancels on purpose, and when: of the requests scheduled in
-/// `[from_s, to_s)` (seconds since the schedule's time zero), a `fraction` drawn from the
-/// request index and the seed, each after `after_chunks` content chunks.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CancelPlan {
-    /// Start of the cancellation (scheduled time, s).
-    pub from_s: f64,
-    /// Its end (s).
-    pub to_s: f64,
-    /// Fraction of the requests scheduled in it that are cancelled.
-    pub fraction: f64,
-    /// Content chunks a cancelled request receives first (0: none, the client goes away
-    /// as soon as the response headers arrive).
-    pub after_chunks: u32,
-}
-
-impl CancelPlan {
-    /// `Some(after_chunks)` when the request `index` scheduled at `at_s` is one to cancel:
-    /// the same requests on every run and shard with the same `seed`.
-    pub fn abort_after(&self, seed: u64, index: u64, at_s: f64) -> Option<u32> {
-        /// Keeps these draws apart from any other drawn from the same seed and index.
-        const SALT_CANCEL: u64 = 0xCA9C_E11E;
-        let inside = at_s >= self.from_s && at_s < self.to_s;
-        (inside && crate::workload::hashing::unit(seed, index, SALT_CANCEL) < self.fraction)
-            .then_some(self.after_chunks)
-    }
 }
 
 impl LoadConfig {

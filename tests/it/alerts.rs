@@ -12,7 +12,7 @@ use goodput::alerts::{
 };
 use goodput::engine_metrics::profile::profile_with;
 use goodput::engine_metrics::{EngineKind, MetricKind, MetricsSeries, ScrapeSample};
-use goodput::loadgen::record::RequestRecord;
+use goodput::record::RequestRecord;
 use serde_json::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

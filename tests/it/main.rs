@@ -25,6 +25,7 @@ mod forge;
 mod fuzz;
 mod git;
 mod handoff;
+mod layering;
 mod lease;
 mod lint;
 mod prometheus_api;

@@ -1,13 +1,148 @@
-//! Per-request records and `requests.csv`: the capacity pack's columns first, in order, then
-//! the client's extra columns.
+//! What the client saw of each request, pure data: its outcome as it ended
+//! ([`RequestOutcome`], [`ErrorKind`]), its record on the run's timeline ([`RequestRecord`])
+//! and `requests.csv` (the capacity pack's columns first, in order, then the client's extra
+//! columns); and which requests a failure test's client cancels on purpose ([`CancelPlan`]).
+//! The load generator makes them, the analysis, the failure tests and the alert store read
+//! them; none of it does IO beyond the writer it is given.
 
 use std::io::Write;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::RequestOutcome;
 use crate::analysis::{REQUIRED_COLUMNS, Success, nearest_rank, tpot_ms};
+
+/// Why a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The connection could not be made (refused, unreachable, DNS failure).
+    Connect,
+    /// The server answered with a non-2xx status (see `http_status`).
+    HttpStatus,
+    /// A `data: {"error": ...}` frame inside a 200 stream.
+    StreamError,
+    /// The connection broke mid-response (reset, closed before `[DONE]`).
+    Disconnected,
+    /// A frame that is not valid JSON or not a completion chunk.
+    Malformed,
+    /// No bytes for longer than the stall timeout.
+    Stalled,
+    /// The request ran past its overall timeout.
+    Timeout,
+    /// The run was stopped (Ctrl-C, end of the window) while the request was in flight.
+    Cancelled,
+    /// A 200 response with no generated token at all.
+    Empty,
+    /// The client went away on purpose mid-stream (a failure test's request
+    /// cancellation): neither a success nor a failure of the server.
+    Aborted,
+}
+
+impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Connect,
+        ErrorKind::HttpStatus,
+        ErrorKind::StreamError,
+        ErrorKind::Disconnected,
+        ErrorKind::Malformed,
+        ErrorKind::Stalled,
+        ErrorKind::Timeout,
+        ErrorKind::Cancelled,
+        ErrorKind::Empty,
+        ErrorKind::Aborted,
+    ];
+
+    /// The value written in the `status` column of `requests.csv`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect_error",
+            ErrorKind::HttpStatus => "http_error",
+            ErrorKind::StreamError => "stream_error",
+            ErrorKind::Disconnected => "disconnected",
+            ErrorKind::Malformed => "malformed",
+            ErrorKind::Stalled => "stalled",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Empty => "empty",
+            ErrorKind::Aborted => "aborted",
+        }
+    }
+}
+
+/// What happened to one request, as the client saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestOutcome {
+    /// When the request was handed to the connection (just before writing it).
+    pub sent: Instant,
+    /// Arrival of the first chunk with non-empty generated content.
+    pub first_token: Option<Instant>,
+    /// Arrival of the last chunk with generated content.
+    pub last_token: Option<Instant>,
+    /// When the response ended (`[DONE]`, end of body, or the failure).
+    pub ended: Instant,
+    /// Chunks that carried generated content.
+    pub content_chunks: u32,
+    /// Gaps between consecutive content chunks, in arrival order (ms).
+    pub itl_ms: Vec<f64>,
+    /// `usage.completion_tokens` from the server, if it sent usage.
+    pub usage_completion_tokens: Option<u32>,
+    /// `usage.prompt_tokens` from the server, if it sent usage.
+    pub usage_prompt_tokens: Option<u32>,
+    /// `finish_reason` of the last choice, if any.
+    pub finish_reason: Option<String>,
+    /// HTTP status of the response, if one arrived.
+    pub http_status: Option<u16>,
+    /// Why it failed; `None` for a success.
+    pub error: Option<ErrorKind>,
+    /// Detail of the failure (server message, I/O error), for the log and the CSV.
+    pub error_message: Option<String>,
+}
+
+impl RequestOutcome {
+    /// Output tokens: the server's usage count when present, else the content chunks
+    /// counted (one token per chunk).
+    pub fn output_tokens(&self) -> u32 {
+        self.usage_completion_tokens.unwrap_or(self.content_chunks)
+    }
+
+    /// Whether the server's usage and the counted chunks disagree (engines that send
+    /// several tokens per chunk do; the record keeps both).
+    pub fn tokens_mismatch(&self) -> bool {
+        self.usage_completion_tokens
+            .is_some_and(|u| u != self.content_chunks)
+    }
+}
+
+/// Which requests the client cancels on purpose, and when: of the requests scheduled in
+/// `[from_s, to_s)` (seconds since the schedule's time zero), a `fraction` drawn from the
+/// request index and the seed, each after `after_chunks` content chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelPlan {
+    /// Start of the cancellation (scheduled time, s).
+    pub from_s: f64,
+    /// Its end (s).
+    pub to_s: f64,
+    /// Fraction of the requests scheduled in it that are cancelled.
+    pub fraction: f64,
+    /// Content chunks a cancelled request receives first (0: none, the client goes away
+    /// as soon as the response headers arrive).
+    pub after_chunks: u32,
+}
+
+impl CancelPlan {
+    /// `Some(after_chunks)` when the request `index` scheduled at `at_s` is one to cancel:
+    /// the same requests on every run and shard with the same `seed`.
+    pub fn abort_after(&self, seed: u64, index: u64, at_s: f64) -> Option<u32> {
+        /// Keeps these draws apart from any other drawn from the same seed and index.
+        const SALT_CANCEL: u64 = 0xCA9C_E11E;
+        let inside = at_s >= self.from_s && at_s < self.to_s;
+        (inside && crate::workload::hashing::unit(seed, index, SALT_CANCEL) < self.fraction)
+            .then_some(self.after_chunks)
+    }
+}
 
 /// One attempted request, with times relative to the run's start.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -133,7 +268,7 @@ impl RequestRecord {
     /// True for a request the client cancelled on purpose (a failure test's
     /// `RequestCancel`): neither a success nor a failure of the server.
     pub fn aborted(&self) -> bool {
-        self.status == super::ErrorKind::Aborted.as_str()
+        self.status == ErrorKind::Aborted.as_str()
     }
 
     /// Scheduled-to-actual send lag (ms).
@@ -239,7 +374,7 @@ pub fn read_records(
             .position(|n| n == at(class))
             .ok_or_else(|| bad(class, "not a class of the workload"))?;
         let status = std::iter::once("ok")
-            .chain(super::ErrorKind::ALL.map(super::ErrorKind::as_str))
+            .chain(ErrorKind::ALL.map(ErrorKind::as_str))
             .find(|s| *s == at(status))
             .ok_or_else(|| bad(status, "not a status the load generator writes"))?;
         out.push(RequestRecord {
