@@ -3,6 +3,32 @@
 //! `goodput bench` runs it in-process; in a cluster the operator writes a [`PointJob`] into
 //! a ConfigMap and every pod of the point's Job runs `goodput loadgen --point-file` on it,
 //! so both build the same schedule, prompts and plan.
+//!
+//! # A point's life, type by type
+//!
+//! 1. The driver names the point: a [`PointKey`] (`bench::driver`: experiment, cache mode,
+//!    load, repeat) against a [`PointTarget`] (the server and its time scale).
+//! 2. [`point_load`] turns key, spec and manifest into the load generator's
+//!    [`LoadConfig`] and a [`PointPlan`] (`loadgen::point`: schedule, window, sample
+//!    minimums, scrape, lag bound), or a [`PointSetupError`]. In a cluster the same inputs
+//!    travel as a [`PointJob`] (this file, the point file in a ConfigMap), and the operator
+//!    starts them as a Job described by a `PointJobSpec` (`controller::build`: name, image,
+//!    shards, deadline); each pod calls [`PointJob::load`].
+//! 3. `loadgen::run` sends the load and returns a `PointRun` (every record, warmup flagged
+//!    out, and the client's facts); `loadgen::point` adds the engine's series and the
+//!    schedule's facts into a `MeasuredPoint`, or stops with a `PointError`.
+//! 4. `MeasuredPoint::summarize` reduces the records to a `PointSummary`
+//!    (`analysis::summary`: counts and histograms that merge exactly across shards), which
+//!    the analysis core turns into a `PointReport` (`analysis::report`: rates, per-class
+//!    attainment, the gate's verdict); both go into a `PointSummaryFile`, written as the
+//!    point's `summary.json` beside `requests.csv` and `engine-metrics.json`. A sharded
+//!    point's pods each write theirs, and `loadgen::handoff::merge_shards` makes the one
+//!    file again.
+//! 5. The shells read it back: `goodput bench` into a `PointResult` (`bench::result`, a row
+//!    of `sweep.json`), the operator into the status's points (`api::status`: a
+//!    `PointKind` and one `PointClass` per class). `planning::assess` makes a
+//!    `PointAssessment` of a report (pass, fail, or not evidence, and why), on which the
+//!    capacity and its bracket are chosen.
 
 use std::time::Duration;
 
