@@ -9,6 +9,7 @@ mod littles_law;
 mod queue;
 mod report;
 mod requests_csv;
+mod statistic;
 mod summary;
 
 pub use early_stop::*;
@@ -18,6 +19,7 @@ pub use littles_law::*;
 pub use queue::*;
 pub use report::*;
 pub use requests_csv::*;
+pub use statistic::Statistic;
 pub use summary::*;
 
 #[cfg(test)]

@@ -671,45 +671,8 @@ fn default_high() -> f64 {
     1.2
 }
 
-/// A cache state.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum CacheMode {
-    /// Unique prompts: the prefix cache has nothing to reuse.
-    Cold,
-    /// A pinned pool of shared prefixes, prewarmed before each point.
-    Warm,
-}
-
-impl CacheMode {
-    /// `cold` / `warm`: the name in labels, folders and Job names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheMode::Cold => "cold",
-            CacheMode::Warm => "warm",
-        }
-    }
-}
-
-impl std::fmt::Display for CacheMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for CacheMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cold" => Ok(CacheMode::Cold),
-            "warm" => Ok(CacheMode::Warm),
-            _ => Err(format!("`{s}` is not a cache mode: cold or warm")),
-        }
-    }
-}
+/// The cache state is a workload concept, defined in the core.
+pub use crate::workload::CacheMode;
 
 /// Prompts of a cold run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -755,33 +718,11 @@ fn default_prefix_tokens() -> u32 {
     512
 }
 
-/// The peak to plan for.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PeakForecast {
-    /// Forecast peak arrival rate (requests per second), same workload mix.
-    pub rps: f64,
-    /// Planned utilization of capacity. Default: the acceptance's `target_utilization`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_utilization: Option<f64>,
-    /// Cache state the plan uses. Default: the lowest capacity among the cache modes run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_mode: Option<CacheMode>,
-}
+/// The peak a plan is for, defined with the planning core.
+pub use crate::planning::PeakForecast;
 
-/// A latency statistic shown in reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Statistic {
-    /// Arithmetic mean (never enough alone: it hides the tail).
-    Mean,
-    /// Median.
-    P50,
-    /// 95th percentile (nearest rank).
-    P95,
-    /// 99th percentile (nearest rank; needs 10,000 successes to be adequate).
-    P99,
-}
+/// The statistics a report may show, defined with the analysis core.
+pub use crate::analysis::Statistic;
 
 /// What the reports show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

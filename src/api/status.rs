@@ -339,23 +339,8 @@ pub struct Placement {
     pub rate_points_gpu_minutes: f64,
 }
 
-/// Where a capacity lies.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CapacityBracket {
-    /// Highest offered rate that passed in every repeat (requests per second).
-    pub pass: f64,
-    /// Lowest offered rate above it that failed.
-    pub fail: f64,
-}
-
-impl CapacityBracket {
-    /// The gap as a fraction of the passing rate: how far above the capacity the truth may
-    /// lie.
-    pub fn width(&self) -> f64 {
-        (self.fail - self.pass) / self.pass
-    }
-}
+/// Where a capacity lies, defined with the planning core.
+pub use crate::planning::CapacityBracket;
 
 /// What the target said it runs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

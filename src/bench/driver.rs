@@ -20,11 +20,13 @@
 
 use super::sweep;
 use crate::analysis::{GateConfig, PointReport};
-use crate::api::{CacheMode, CapacityBenchmarkSpec, PeakForecast};
+use crate::api::CapacityBenchmarkSpec;
+use crate::planning::PeakForecast;
 use crate::planning::{
     CapacitySelection, PlanError, PlanInput, ReplicaPlan, SweepPoint, plan_replicas,
     select_capacity,
 };
+use crate::workload::CacheMode;
 use crate::workload::WorkloadManifest;
 use crate::workload::hashing::mix64;
 

@@ -3,11 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::Statistic;
 use crate::analysis::{GateConfig, LittlesLaw, PointReport};
-use crate::api::{CacheMode, PeakForecast, Statistic};
 use crate::engine_metrics::findings::EngineFindings;
+use crate::planning::PeakForecast;
 use crate::planning::cost::Cost;
 use crate::planning::{CapacitySelection, ReplicaPlan};
+use crate::workload::CacheMode;
 
 /// The whole benchmark (`sweep.json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -131,7 +131,7 @@ pub fn bracket(rates_passed: &[(f64, bool)]) -> Option<Bracket> {
 }
 
 /// Where a capacity lies: at or above `pass`, below `fail` (the status's type).
-pub use crate::api::CapacityBracket as Bracket;
+pub use crate::planning::CapacityBracket as Bracket;
 
 /// The next rate of a refinement: the bracket's midpoint (3 significant digits), while the
 /// bracket is wider than `resolution` of its passing rate. `None` when it is narrow enough,

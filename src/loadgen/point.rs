@@ -19,10 +19,10 @@ use crate::analysis::{
     AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
     queue_slope,
 };
-use crate::api::CacheMode;
 use crate::engine_metrics::findings::{EngineFindings, findings};
 use crate::engine_metrics::scrape::scrape_loop_from;
 use crate::engine_metrics::series::MetricsSeries;
+use crate::workload::CacheMode;
 use crate::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
 };

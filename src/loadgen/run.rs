@@ -20,8 +20,8 @@ use super::prompt::{PromptMethod, build_prompt};
 use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
 use crate::analysis::{EarlyStop, EarlyStopper, GateConfig, nearest_rank_many};
-use crate::api::CacheMode;
 pub use crate::record::CancelPlan;
+use crate::workload::CacheMode;
 use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
 
 /// Open or closed loop.

@@ -2,7 +2,7 @@
 //! missing value.
 
 use crate::analysis::GateRule;
-use crate::api::CacheMode;
+use crate::workload::CacheMode;
 
 /// Shown for a missing or non-finite value.
 pub(crate) const MISSING: &str = "-";

@@ -1,12 +1,15 @@
 //! Capacity and replicas: the highest passing offered rate of a sweep, and
 //! `required_replicas = ceil(peak / (capacity_per_replica × target_utilization))`.
 
+mod bracket;
 pub mod cost;
 pub mod peak;
 
 pub mod serving;
 
 use std::fmt::Write as _;
+
+pub use bracket::{CapacityBracket, PeakForecast};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,7 @@
 //! The frozen workload manifest: types, loading, validation, and what the analyzer derives
 //! from it (class cutoffs and gate thresholds).
 
+mod cache;
 pub mod hashing;
 mod manifest;
 pub mod schedule;
@@ -8,6 +9,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use cache::CacheMode;
 pub use manifest::*;
 pub(crate) use validate::Findings;
 pub use validate::{Finding, MIX_SUM_TOLERANCE, Severity, validate};

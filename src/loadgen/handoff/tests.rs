@@ -6,12 +6,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 use crate::analysis::{ClassSlo, QueueTrend};
-use crate::api::CacheMode;
 use crate::loadgen::point::PointPlan;
 use crate::loadgen::prompt::PromptMethod;
 use crate::loadgen::record::RequestRecord;
 use crate::loadgen::run::{LoadConfig, PointRun};
 use crate::loadgen::{Api, Timeouts};
+use crate::workload::CacheMode;
 use crate::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
 
 const RATE: f64 = 16.0;
