@@ -3,6 +3,7 @@
 //! Pure apart from [`read_requests_csv`], which opens the file it is given.
 
 mod early_stop;
+mod figures;
 mod formulas;
 mod gate;
 mod littles_law;
@@ -13,6 +14,7 @@ mod statistic;
 mod summary;
 
 pub use early_stop::*;
+pub use figures::{decimal, rate_label};
 pub use formulas::*;
 pub use gate::*;
 pub use littles_law::*;

@@ -210,7 +210,7 @@ impl PointKey {
                 format!(
                     "{} rate {}{repeat}",
                     cache.as_str(),
-                    super::rate_label(*rate)
+                    crate::analysis::rate_label(*rate)
                 )
             }
         }
@@ -375,14 +375,14 @@ impl ClientLimit {
                 the lowest rate tried, so no point measured the target; give the client \
                 its own CPU (pin it apart from the engine), more shards \
                 (spec.loadgen.shards) or a lower time scale",
-                super::rate_label(self.rate)
+                crate::analysis::rate_label(self.rate)
             )
         } else {
             format!(
                 "{mode}: the load generator fell behind its schedule at {} RPS: no rate at \
                 or above it was tried again, and the capacity rests on the points below; \
                 more client CPU or shards (spec.loadgen.shards) would measure higher",
-                super::rate_label(self.rate)
+                crate::analysis::rate_label(self.rate)
             )
         }
     }
@@ -573,8 +573,8 @@ pub fn decide_mode(plan: &SweepPlan, cache: CacheMode, recorded: &[Recorded]) ->
                             "{mode}: the bracket [{}, {}] RPS is {:.1}% wide after {} \
                              refinement(s), wider than the resolution of {:.1}%; raise \
                              experiments.rateSweep.maxRefinements",
-                            super::rate_label(bracket.pass),
-                            super::rate_label(bracket.fail),
+                            crate::analysis::rate_label(bracket.pass),
+                            crate::analysis::rate_label(bracket.fail),
                             bracket.width() * 100.0,
                             decision.refinements.len(),
                             plan.resolution * 100.0

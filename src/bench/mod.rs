@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 
-use crate::analysis::PointReport;
+use crate::analysis::{PointReport, rate_label};
 use crate::api::{CacheMode, CapacityBenchmark, CapacityBenchmarkSpec, TimeScale};
 use crate::engine_metrics::DetectedProfile;
 use crate::engine_metrics::identify::identify;
@@ -1167,12 +1167,6 @@ fn relative_to_mode(dir: &str) -> &str {
     dir.split_once('/').map_or(dir, |(_, rest)| rest)
 }
 
-/// A rate as a folder name: `12.5`, `8`.
-pub fn rate_label(rate: f64) -> String {
-    let s = format!("{rate:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
 fn write_yaml(path: &Path, value: &impl serde::Serialize) -> Result<(), BenchError> {
     let text = serde_saphyr::to_string(value).map_err(|e| {
         BenchError::Write(
@@ -1213,12 +1207,5 @@ mod tests {
         assert_eq!(day(0), "1970-01-01T00:00:00Z");
         assert_eq!(day(20_788), "2026-12-01T00:00:00Z");
         assert_eq!(day(11_016), "2000-02-29T00:00:00Z");
-    }
-
-    #[test]
-    fn rate_labels_are_short() {
-        assert_eq!(rate_label(12.0), "12");
-        assert_eq!(rate_label(12.5), "12.5");
-        assert_eq!(rate_label(6.69), "6.69");
     }
 }

@@ -147,7 +147,7 @@ pub fn point_dir(key: PointKey, repeats: u32) -> String {
         } => format!(
             "{}/rate-{}rps{}",
             cache.as_str(),
-            super::rate_label(rate),
+            crate::analysis::rate_label(rate),
             // A retry of a point that was not evidence is repeat `repeats` or more.
             if repeats > 1 || repeat >= repeats {
                 format!("-r{repeat}")

@@ -12,9 +12,7 @@ pub(crate) fn rate(x: f64) -> String {
     if !x.is_finite() {
         return MISSING.into();
     }
-    let s = format!("{x:.2}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.into() }
+    crate::analysis::decimal(x, 2)
 }
 
 /// An optional rate.

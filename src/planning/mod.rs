@@ -143,9 +143,7 @@ impl ReplicaPlan {
 
 /// A number without float noise: up to 4 decimals, trailing zeros dropped.
 fn num(x: f64) -> String {
-    let s = format!("{x:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.into() }
+    crate::analysis::decimal(x, 4)
 }
 
 /// One test point of a sweep file: its offered rate and its report, inline or by path
