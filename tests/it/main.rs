@@ -20,6 +20,7 @@ mod alerts;
 mod chart;
 mod cli;
 mod crd;
+mod early_stop;
 mod examples;
 mod forge;
 mod fuzz;
