@@ -20,6 +20,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
+use crate::analysis::GateConfig;
+use crate::engine_metrics::MetricsSeries;
+use crate::failure::FiredAlert;
+use crate::record::RequestRecord;
+
 pub use eval::{InstantSample, LOOKBACK_S, eval_instant, metric_names, parse};
 pub use store::{
     CLIENT_ATTAINMENT_TARGET, CLIENT_METRICS, CLIENT_REQUESTS_TOTAL, CLIENT_SCHEDULE_LAG,
@@ -272,6 +277,44 @@ pub fn evaluate(
         });
     }
     Ok(events)
+}
+
+/// The shipped alert rules (`charts/goodput/files/alerts.yaml`) evaluated over the run:
+/// the engines' scraped series (with `up` from every scrape) and the load generator's
+/// client series derived from the records, at the scrape interval.
+pub fn fired(
+    series: Option<&MetricsSeries>,
+    records: &[RequestRecord],
+    end_s: f64,
+    gate: &GateConfig,
+) -> Result<Vec<FiredAlert>, String> {
+    let rules = shipped_rules().map_err(|e| e.to_string())?;
+    let mut store = series.map_or_else(SampleStore::default, SampleStore::from_metrics_series);
+    let step = series.map_or(1.0, |s| s.interval_s).max(0.1);
+    let names: Vec<String> = gate.classes.iter().map(|c| c.name.clone()).collect();
+    let cutoffs: Vec<(f64, f64)> = gate
+        .classes
+        .iter()
+        .map(|c| (c.ttft_cutoff_ms, c.tpot_cutoff_ms))
+        .collect();
+    store.add_client_records(records, &names, &cutoffs, gate.attainment_min, step, end_s);
+    let events = evaluate(&rules, &store, 0.0, end_s, step).map_err(|e| e.to_string())?;
+    Ok(events
+        .into_iter()
+        .map(|e| FiredAlert {
+            alert: e.alert,
+            labels: e
+                .labels
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "alertname" | "severity"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            pending_at_s: e.pending_at_s,
+            firing_at_s: e.firing_at_s,
+            resolved_at_s: e.resolved_at_s,
+        })
+        .collect())
 }
 
 #[cfg(test)]

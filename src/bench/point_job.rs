@@ -35,10 +35,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::driver::PointKey;
-use crate::api::{CacheMode, CapacityBenchmarkSpec, TargetApi};
+use crate::api::{CacheMode, CapacityBenchmarkSpec, Fault, TargetApi};
+use crate::failure::FaultKind;
 use crate::loadgen::point::PointPlan;
 use crate::loadgen::prompt::PromptMethod;
 use crate::loadgen::run::{LoadConfig, LoadMode};
+use crate::record::CancelPlan;
 use crate::workload::WorkloadManifest;
 use crate::workload::hashing::{fnv1a, mix64};
 use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
@@ -78,7 +80,7 @@ pub struct FailureLoad {
 
 impl PointJob {
     /// The load this point file asks for, in real-time units: [`point_load`], and for a
-    /// failure test the bounded block of [`crate::failure::local::fault_load`].
+    /// failure test the bounded block of [`fault_load`].
     pub fn load(&self) -> Result<(LoadConfig, PointPlan), PointSetupError> {
         let (config, plan) = point_load(
             &self.spec,
@@ -89,13 +91,8 @@ impl PointJob {
         )?;
         Ok(match (self.failure, self.key) {
             (Some(f), PointKey::Rate { rate, .. }) => {
-                let (mut config, plan) = crate::failure::local::fault_load(
-                    &config,
-                    &plan,
-                    rate,
-                    f.steady_seconds,
-                    f.observe_seconds,
-                );
+                let (mut config, plan) =
+                    fault_load(&config, &plan, rate, f.steady_seconds, f.observe_seconds);
                 config.cancel = f.cancel;
                 (config, plan)
             }
@@ -156,6 +153,47 @@ pub fn point_dir(key: PointKey, repeats: u32) -> String {
             }
         ),
     }
+}
+
+/// One failure test's load, in real-time units: the point's configuration at `rate` and a
+/// single schedule block spanning the manifest's warmup, the steady period and the
+/// observation period (no continuation: the test is bounded in time).
+pub fn fault_load(
+    config: &LoadConfig,
+    plan: &PointPlan,
+    rate: f64,
+    steady_s: f64,
+    observe_s: f64,
+) -> (LoadConfig, PointPlan) {
+    let span = config.warmup_s + steady_s + observe_s;
+    let mut plan = plan.clone();
+    plan.schedule.requests = (rate * span).ceil().max(1.0) as u64;
+    plan.max_blocks = 1;
+    plan.min_duration_s = 0.0;
+    plan.min_per_class = 0;
+    // A failure test watches recovery, not a verdict: it always runs its whole span.
+    let config = LoadConfig {
+        mode: LoadMode::Rate { rate },
+        early_stop: None,
+        ..config.clone()
+    };
+    (config, plan)
+}
+
+/// The client's cancellations of a `RequestCancel` fault injected `inject_after_s` after
+/// the load's time zero (model time); `None` for the other faults.
+pub fn cancel_plan(fault: &Fault, inject_after_s: f64) -> Option<CancelPlan> {
+    if fault.kind != FaultKind::RequestCancel {
+        return None;
+    }
+    let (fraction, after_chunks) = fault.cancel();
+    Some(CancelPlan {
+        from_s: inject_after_s,
+        // A cancellation always has a duration (30 s when not given).
+        to_s: inject_after_s + fault.duration_s()?,
+        fraction,
+        after_chunks,
+    })
 }
 
 /// The load of one point in real-time units (the caller scales it by the target's time

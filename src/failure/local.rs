@@ -15,9 +15,7 @@ use tokio::sync::watch;
 use super::{EngineFacts, FailureReport, FiredAlert, Observed, Signals, analyze};
 use crate::analysis::GateConfig;
 use crate::api::{FailureTest, Fault, FaultKind};
-use crate::engine_metrics::series::MetricsSeries;
 use crate::loadgen::point::{MeasuredPoint, PointError, PointPlan, measure_point};
-use crate::loadgen::record::RequestRecord;
 use crate::loadgen::run::{CancelPlan, LoadConfig, LoadMode};
 
 /// How often the watcher polls the router (wall clock).
@@ -419,47 +417,6 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One failure test's load, in real-time units: the point's configuration at `rate` and a
-/// single schedule block spanning the manifest's warmup, the steady period and the
-/// observation period (no continuation: the test is bounded in time).
-pub fn fault_load(
-    config: &LoadConfig,
-    plan: &PointPlan,
-    rate: f64,
-    steady_s: f64,
-    observe_s: f64,
-) -> (LoadConfig, PointPlan) {
-    let span = config.warmup_s + steady_s + observe_s;
-    let mut plan = plan.clone();
-    plan.schedule.requests = (rate * span).ceil().max(1.0) as u64;
-    plan.max_blocks = 1;
-    plan.min_duration_s = 0.0;
-    plan.min_per_class = 0;
-    // A failure test watches recovery, not a verdict: it always runs its whole span.
-    let config = LoadConfig {
-        mode: LoadMode::Rate { rate },
-        early_stop: None,
-        ..config.clone()
-    };
-    (config, plan)
-}
-
-/// The client's cancellations of a `RequestCancel` fault injected `inject_after_s` after
-/// the load's time zero (model time); `None` for the other faults.
-pub fn cancel_plan(fault: &Fault, inject_after_s: f64) -> Option<CancelPlan> {
-    if fault.kind != FaultKind::RequestCancel {
-        return None;
-    }
-    let (fraction, after_chunks) = fault.cancel();
-    Some(CancelPlan {
-        from_s: inject_after_s,
-        // A cancellation always has a duration (30 s when not given).
-        to_s: inject_after_s + fault.duration_s()?,
-        fraction,
-        after_chunks,
-    })
-}
-
 /// What one local failure test measured, in model time.
 #[derive(Debug)]
 pub struct LocalRun {
@@ -619,7 +576,7 @@ pub async fn run_fault(
         }
         _ => health_signals(&polls, injected_ms, &model),
     };
-    signals.metrics_gone_s = metrics_gone(measured.series.as_ref(), victim, injected_s);
+    signals.metrics_gone_s = super::metrics_gone(measured.series.as_ref(), victim, injected_s);
     signals.engine_finished = engine.finished;
     signals.engine_aborted = engine.aborted;
     signals.engine_abort_seen_s = engine.abort_seen_s;
@@ -676,7 +633,7 @@ pub async fn run_test(
             "a failure test runs an open-loop rate".into(),
         ));
     };
-    let (mut config, plan) = fault_load(
+    let (mut config, plan) = crate::bench::point_job::fault_load(
         load.0,
         load.1,
         rate,
@@ -684,9 +641,9 @@ pub async fn run_test(
         test.observe_seconds,
     );
     let inject_after = config.warmup_s + test.steady_seconds;
-    config.cancel = cancel_plan(fault, inject_after);
+    config.cancel = crate::bench::point_job::cancel_plan(fault, inject_after);
     let run = run_fault(client, site, fault, &config, &plan, inject_after, stop).await?;
-    let (alerts, alerts_error) = match alerts(
+    let (alerts, alerts_error) = match crate::alerts::fired(
         run.measured.series.as_ref(),
         &run.measured.run.records,
         run.end_s,
@@ -710,59 +667,6 @@ pub async fn run_test(
         plan,
         alerts_error,
     })
-}
-
-/// The shipped alert rules (`charts/goodput/files/alerts.yaml`) evaluated over the run:
-/// the engines' scraped series (with `up` from every scrape) and the load generator's
-/// client series derived from the records, at the scrape interval.
-pub fn alerts(
-    series: Option<&MetricsSeries>,
-    records: &[RequestRecord],
-    end_s: f64,
-    gate: &GateConfig,
-) -> Result<Vec<FiredAlert>, String> {
-    use crate::alerts::{SampleStore, evaluate, shipped_rules};
-    let rules = shipped_rules().map_err(|e| e.to_string())?;
-    let mut store = series.map_or_else(SampleStore::default, SampleStore::from_metrics_series);
-    let step = series.map_or(1.0, |s| s.interval_s).max(0.1);
-    let names: Vec<String> = gate.classes.iter().map(|c| c.name.clone()).collect();
-    let cutoffs: Vec<(f64, f64)> = gate
-        .classes
-        .iter()
-        .map(|c| (c.ttft_cutoff_ms, c.tpot_cutoff_ms))
-        .collect();
-    store.add_client_records(records, &names, &cutoffs, gate.attainment_min, step, end_s);
-    let events = evaluate(&rules, &store, 0.0, end_s, step).map_err(|e| e.to_string())?;
-    Ok(events
-        .into_iter()
-        .map(|e| FiredAlert {
-            alert: e.alert,
-            labels: e
-                .labels
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "alertname" | "severity"))
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(","),
-            pending_at_s: e.pending_at_s,
-            firing_at_s: e.firing_at_s,
-            resolved_at_s: e.resolved_at_s,
-        })
-        .collect())
-}
-
-/// The first failed scrape of the victim at or after the injection.
-pub(crate) fn metrics_gone(
-    series: Option<&MetricsSeries>,
-    victim: usize,
-    injected_s: f64,
-) -> Option<f64> {
-    series?
-        .samples
-        .iter()
-        .filter(|s| s.target == victim && !s.ok && s.t_s >= injected_s)
-        .map(|s| s.t_s)
-        .reduce(f64::min)
 }
 
 /// The router's signals about the victim from the watcher's snapshots.

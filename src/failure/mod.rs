@@ -77,6 +77,16 @@ impl std::fmt::Display for FaultKind {
     }
 }
 
+/// The first failed scrape of the victim at or after the injection.
+pub fn metrics_gone(series: Option<&MetricsSeries>, victim: usize, injected_s: f64) -> Option<f64> {
+    series?
+        .samples
+        .iter()
+        .filter(|s| s.target == victim && !s.ok && s.t_s >= injected_s)
+        .map(|s| s.t_s)
+        .reduce(f64::min)
+}
+
 /// Smallest rise of the queue that counts as growth (requests), as in the point gate's
 /// queue-trend rule.
 pub const QUEUE_MIN_GROWTH: f64 = 5.0;

@@ -6,13 +6,14 @@
 use std::path::Path;
 use std::time::Duration;
 
+use goodput::alerts::fired as alerts;
 use goodput::analysis::QueueTrend;
 use goodput::api::{CacheMode, FailureTest, Fault, FaultKind, LoadedBenchmark, parse_benchmark};
 use goodput::bench::driver::PointKey;
 use goodput::bench::point_job::{PointTarget, point_load};
 use goodput::bench::{BenchOptions, run_bench};
 use goodput::engine_metrics::scrape::discover_targets;
-use goodput::failure::local::{FaultSite, SimulatedFleet, TestDone, alerts, run_test};
+use goodput::failure::local::{FaultSite, SimulatedFleet, TestDone, run_test};
 use goodput::failure::{FailureReport, FailureVerdict};
 use goodput::loadgen::point::{PointPlan, measure_time_scaled};
 use goodput::loadgen::run::LoadConfig;
@@ -344,7 +345,8 @@ fn a_healthy_run_fires_no_alert() {
     let (records, series, end_s) = runtime().block_on(async {
         let client = goodput::http_client::load_client(false).expect("client");
         let (config, plan) = load(&client, &fleet, &loaded, 20.0, 9).await;
-        let (config, plan) = goodput::failure::local::fault_load(&config, &plan, 20.0, 60.0, 60.0);
+        let (config, plan) =
+            goodput::bench::point_job::fault_load(&config, &plan, 20.0, 60.0, 60.0);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let m = measure_time_scaled(client, &config, &plan, K, stop)
             .await

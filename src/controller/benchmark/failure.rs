@@ -28,9 +28,9 @@ use super::{Error, Run, build};
 use crate::api::conditions::{Status as Cond, reason as reasons};
 use crate::api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, conditions};
 use crate::bench::driver::{self, PointKey, SweepPlan};
+use crate::bench::point_job::cancel_plan;
 use crate::bench::point_job::{FailureLoad, PointJob};
 use crate::controller::target::ResolvedTarget;
-use crate::failure::local::cancel_plan;
 use crate::failure::{EngineFacts, FailureReport, FailureVerdict, Observed, Signals, analyze};
 use crate::loadgen::record::{RequestRecord, read_records};
 use crate::workload::WorkloadManifest;
@@ -512,7 +512,7 @@ impl Run<'_> {
         let signals = Signals {
             readiness_failed_s: current.readiness_failed_unix_ms.map(model),
             metrics_gone_s: victim_target
-                .and_then(|i| crate::failure::local::metrics_gone(series, i, injected_s)),
+                .and_then(|i| crate::failure::metrics_gone(series, i, injected_s)),
             endpoint_removed_s: current.endpoint_removed_unix_ms.map(model),
             routed_after_removal: None,
             serving_again_s: current.serving_again_unix_ms.map(model),
@@ -523,8 +523,7 @@ impl Run<'_> {
         };
         let end_s = records.iter().map(|r| r.ended_s).fold(injected_s, f64::max);
         let gate = manifest.gate_config();
-        let alerts =
-            crate::failure::local::alerts(series, &records, end_s, &gate).unwrap_or_default();
+        let alerts = crate::alerts::fired(series, &records, end_s, &gate).unwrap_or_default();
         let report = analyze(&Observed {
             kind: fault.kind,
             replica: match &current.victim {
