@@ -1042,9 +1042,10 @@ impl PointFacts<'_> {
         if let (Some(f), Some(t)) = (engine_findings.as_mut(), engine_truth.as_ref()) {
             f.flags.extend(t.flags.iter().cloned());
         }
-        // Cross-check: the client's in-flight count should tell the same story as the
-        // engine's waiting queue; when it does not, the boundaries disagree (lost telemetry,
-        // retries).
+        // Cross-check: an engine queue that grows while the client's in-flight count stays
+        // flat counts requests the client did not send (lost telemetry, retries, other
+        // traffic): the boundaries disagree. The reverse, a queue in front of the engine, is
+        // growth ([`queue_trend`]).
         if let Some(f) = engine_findings.as_mut()
             && source.starts_with("engine")
         {
