@@ -35,7 +35,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::driver::PointKey;
-use crate::api::{CacheMode, CapacityBenchmarkSpec, Fault, TargetApi};
+use crate::api::{CacheMode, CapacityBenchmarkSpec, FailureTest, Fault, TargetApi};
 use crate::failure::FaultKind;
 use crate::loadgen::point::PointPlan;
 use crate::loadgen::prompt::PromptMethod;
@@ -75,12 +75,50 @@ pub struct FailureLoad {
     pub observe_seconds: f64,
     /// A request-cancellation test's cancellations, on the load's timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel: Option<crate::loadgen::run::CancelPlan>,
+    pub cancel: Option<CancelPlan>,
+}
+
+impl FailureLoad {
+    /// The load of `test` injecting `fault` after a warmup of `warmup_s`: its two spans
+    /// and, for a `RequestCancel`, the client's cancellations from the injection on. Both
+    /// shells build it here.
+    pub fn new(test: &FailureTest, fault: &Fault, warmup_s: f64) -> Self {
+        FailureLoad {
+            steady_seconds: test.steady_seconds,
+            observe_seconds: test.observe_seconds,
+            cancel: cancel_plan(fault, Self::inject_after_s(test, warmup_s)),
+        }
+    }
+
+    /// When the fault goes in: after the warmup and the steady period (seconds since the
+    /// load's time zero).
+    pub fn inject_after_s(test: &FailureTest, warmup_s: f64) -> f64 {
+        warmup_s + test.steady_seconds
+    }
+
+    /// The point's load at `rate` made this failure test's: [`fault_load`] with its
+    /// cancellations.
+    pub fn apply(
+        &self,
+        config: &LoadConfig,
+        plan: &PointPlan,
+        rate: f64,
+    ) -> (LoadConfig, PointPlan) {
+        let (mut config, plan) = fault_load(
+            config,
+            plan,
+            rate,
+            self.steady_seconds,
+            self.observe_seconds,
+        );
+        config.cancel = self.cancel;
+        (config, plan)
+    }
 }
 
 impl PointJob {
     /// The load this point file asks for, in real-time units: [`point_load`], and for a
-    /// failure test the bounded block of [`fault_load`].
+    /// failure test the bounded block of [`FailureLoad::apply`].
     pub fn load(&self) -> Result<(LoadConfig, PointPlan), PointSetupError> {
         let (config, plan) = point_load(
             &self.spec,
@@ -90,12 +128,7 @@ impl PointJob {
             self.nonce,
         )?;
         Ok(match (self.failure, self.key) {
-            (Some(f), PointKey::Rate { rate, .. }) => {
-                let (mut config, plan) =
-                    fault_load(&config, &plan, rate, f.steady_seconds, f.observe_seconds);
-                config.cancel = f.cancel;
-                (config, plan)
-            }
+            (Some(f), PointKey::Rate { rate, .. }) => f.apply(&config, &plan, rate),
             _ => (config, plan),
         })
     }
@@ -182,7 +215,7 @@ pub fn fault_load(
 
 /// The client's cancellations of a `RequestCancel` fault injected `inject_after_s` after
 /// the load's time zero (model time); `None` for the other faults.
-pub fn cancel_plan(fault: &Fault, inject_after_s: f64) -> Option<CancelPlan> {
+fn cancel_plan(fault: &Fault, inject_after_s: f64) -> Option<CancelPlan> {
     if fault.kind != FaultKind::RequestCancel {
         return None;
     }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use super::{EngineFacts, FailureReport, FiredAlert, Observed, Signals, analyze};
 use crate::analysis::GateConfig;
 use crate::api::{FailureTest, Fault, FaultKind};
+use crate::bench::point_job::FailureLoad;
 use crate::loadgen::point::{MeasuredPoint, PointError, PointPlan, measure_point};
 use crate::loadgen::run::{CancelPlan, LoadConfig, LoadMode};
 
@@ -475,7 +476,7 @@ impl LocalRun {
 }
 
 /// Runs one failure test: prepares the fleet, runs the load (`config` and `plan` in real
-/// time, from [`fault_load`]), injects the fault `inject_after_s` model seconds after the
+/// time, from [`FailureLoad::apply`]), injects the fault `inject_after_s` model seconds after the
 /// load's time zero, watches the router throughout, and returns everything in model time.
 pub async fn run_fault(
     client: &reqwest::Client,
@@ -633,15 +634,8 @@ pub async fn run_test(
             "a failure test runs an open-loop rate".into(),
         ));
     };
-    let (mut config, plan) = crate::bench::point_job::fault_load(
-        load.0,
-        load.1,
-        rate,
-        test.steady_seconds,
-        test.observe_seconds,
-    );
-    let inject_after = config.warmup_s + test.steady_seconds;
-    config.cancel = crate::bench::point_job::cancel_plan(fault, inject_after);
+    let (config, plan) = FailureLoad::new(test, fault, load.0.warmup_s).apply(load.0, load.1, rate);
+    let inject_after = FailureLoad::inject_after_s(test, config.warmup_s);
     let run = run_fault(client, site, fault, &config, &plan, inject_after, stop).await?;
     let (alerts, alerts_error) = match crate::alerts::fired(
         run.measured.series.as_ref(),

@@ -345,8 +345,12 @@ fn a_healthy_run_fires_no_alert() {
     let (records, series, end_s) = runtime().block_on(async {
         let client = goodput::http_client::load_client(false).expect("client");
         let (config, plan) = load(&client, &fleet, &loaded, 20.0, 9).await;
-        let (config, plan) =
-            goodput::bench::point_job::fault_load(&config, &plan, 20.0, 60.0, 60.0);
+        let (config, plan) = goodput::bench::point_job::FailureLoad {
+            steady_seconds: 60.0,
+            observe_seconds: 60.0,
+            cancel: None,
+        }
+        .apply(&config, &plan, 20.0);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let m = measure_time_scaled(client, &config, &plan, K, stop)
             .await

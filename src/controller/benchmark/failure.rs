@@ -28,7 +28,6 @@ use super::{Error, Run, build};
 use crate::api::conditions::{Status as Cond, reason as reasons};
 use crate::api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, conditions};
 use crate::bench::driver::{self, PointKey, SweepPlan};
-use crate::bench::point_job::cancel_plan;
 use crate::bench::point_job::{FailureLoad, PointJob};
 use crate::controller::target::ResolvedTarget;
 use crate::failure::{EngineFacts, FailureReport, FailureVerdict, Observed, Signals, analyze};
@@ -304,11 +303,11 @@ impl Run<'_> {
                 u64::from(index) + 1,
                 format!("{uid}/failure").as_bytes(),
             ),
-            failure: Some(FailureLoad {
-                steady_seconds: test.steady_seconds,
-                observe_seconds: test.observe_seconds,
-                cancel: cancel_plan(&fault, manifest.client.warmup_seconds + test.steady_seconds),
-            }),
+            failure: Some(FailureLoad::new(
+                test,
+                &fault,
+                manifest.client.warmup_seconds,
+            )),
         };
         let json = serde_json::to_string(&point).map_err(Error::Encode)?;
         let k = target.time_scale.max(1e-3);
@@ -500,7 +499,7 @@ impl Run<'_> {
         let Some(injected_ms) = current.injected_unix_ms else {
             return Ok(Err("the fault never went in".into()));
         };
-        let cancel = cancel_plan(fault, manifest.client.warmup_seconds + test.steady_seconds);
+        let cancel = FailureLoad::new(test, fault, manifest.client.warmup_seconds).cancel;
         // A cancellation runs on the load's own timeline: its window is the plan's.
         let injected_s = cancel.map_or_else(|| model(injected_ms), |c| c.from_s);
         let series = merged.engine_series.as_ref();
