@@ -1,10 +1,12 @@
 //! goodput: SLO-driven capacity management for GPU LLM inference.
 //!
-//! The crate is a pure core (`workload`, `analysis`, `planning`) wrapped by shells that do
-//! IO: the load generator (`loadgen`), the simulated engine (`sim`), the local benchmark
+//! The pure core (`workload`, `analysis`, `planning`, `record`, `alerts`, the failure
+//! analysis and the engine metrics' text and series) is the crate `goodput-core`,
+//! re-exported here under the same paths; this crate wraps it with the shells that do IO:
+//! the load generator (`loadgen`), the simulated engine (`sim`), the local benchmark
 //! (`bench`, rendered by `pack`), the operator (`controller`, `gitops`) and the `goodput`
 //! binary's subcommands. Each formula (TPOT, attainment, nearest-rank percentile, replicas)
-//! has exactly one definition here, and every shell calls it.
+//! has exactly one definition, in the core, and every shell calls it.
 
 // Two calls into libc need it (each with its SAFETY comment); nothing else may.
 #![deny(unsafe_code)]
@@ -12,9 +14,9 @@
 // off: kube's `KubeSchema` derive trips it on the CRD types that `api` does export.
 #![warn(missing_docs)]
 
-pub mod alerts;
-pub mod analysis;
-pub mod api;
+pub use goodput_core::{alerts, analysis, planning, record, workload};
+
+pub use goodput_api as api;
 pub mod bench;
 pub mod controller;
 pub mod engine_metrics;
@@ -25,7 +27,4 @@ pub mod gitops;
 pub mod http_client;
 pub mod loadgen;
 pub mod pack;
-pub mod planning;
-pub mod record;
 pub mod sim;
-pub mod workload;

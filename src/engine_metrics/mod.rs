@@ -15,16 +15,17 @@
 //! - [`identify`]: what a target says it runs (engine, version, models) and whether its
 //!   engine pages answer, asked before it is measured.
 
-pub mod findings;
+// The pure half (the text format, the profiles, the series and their findings) is the
+// core's; this module adds what reads pages over HTTP. (`parse` names the module and its
+// function both.)
+pub use goodput_core::engine_metrics::{findings, parse, profile, series};
+
 pub mod identify;
-pub mod parse;
-pub mod profile;
 pub mod prometheus_api;
 pub mod scrape;
-pub mod series;
 pub mod truth;
 
-pub use parse::{Exposition, MetricType, Sample, parse};
+pub use parse::{Exposition, MetricType, Sample};
 pub use profile::{Concept, DetectedProfile, EngineKind, MetricKind, Profile, detect};
 pub use prometheus_api::{PrometheusError, PrometheusQuery, query_range_series};
 pub use scrape::{

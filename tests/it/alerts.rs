@@ -73,7 +73,7 @@ fn check_known(context: &str, expr: &str, known: &BTreeSet<String>) {
         assert!(
             known.contains(&name) || name.starts_with("DCGM_FI_"),
             "{context}: `{name}` is neither a client metric, `up`, a DCGM field nor a name \
-             src/engine_metrics/profile.rs knows"
+             crates/core/src/engine_metrics/profile.rs knows"
         );
     }
 }

@@ -1,95 +1,79 @@
-//! The pure core keeps to itself: its modules name no module that does IO (the load
-//! generator, the simulated engine's servers, the operator, the CLI, Git, the pack) nor the
-//! CRD types. Splitting the crate into a workspace (the core below the CRD types, the
-//! instruments and the shells) needs exactly that; this holds it until the compiler can.
+//! The crates below the shells keep to themselves. The core (`crates/core`), the engine
+//! model (`crates/model`) and the custom resources (`crates/api`) cannot name the shells
+//! (the compiler holds that); this holds what they may depend on, as `cargo tree` resolves
+//! each alone: the core and the model nothing that brings an async runtime, HTTP or
+//! Kubernetes, the API types kube's derive but no client or runtime. So they build, and
+//! their tests run, without them.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
 
-/// Files and folders of `src/` that make the pure core.
-const CORE: &[&str] = &[
-    "workload",
-    "analysis",
-    "planning",
-    "record.rs",
-    "failure/mod.rs",
-    "failure/report.rs",
-    "alerts",
-    "engine_metrics/parse.rs",
-    "engine_metrics/profile.rs",
-    "engine_metrics/series.rs",
-    "engine_metrics/findings.rs",
+/// What an async runtime, an HTTP stack or a Kubernetes client brings.
+const IO: &[&str] = &[
+    "tokio",
+    "hyper",
+    "reqwest",
+    "axum",
+    "kube-client",
+    "kube-runtime",
 ];
 
-/// The modules the core may name.
-const CORE_MODULES: &[&str] = &[
-    "workload",
-    "analysis",
-    "planning",
-    "record",
-    "failure",
-    "alerts",
-    "engine_metrics",
-];
-
-fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .expect("a readable source folder")
-            .map(|e| e.expect("a readable entry").path())
-            .collect();
-        entries.sort();
-        for e in entries {
-            rust_files(&e, out);
-        }
-    } else if path.extension().is_some_and(|e| e == "rs") {
-        out.push(path.to_path_buf());
-    }
+/// The package names in `package`'s normal dependency tree, itself included.
+fn tree(package: &str) -> BTreeSet<String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .args([
+            "tree",
+            "--frozen",
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "--package",
+            package,
+        ])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
 }
 
-/// `crate::name` paths in `text`, before its first `#[cfg(test)]` (a unit test may
-/// reach further than the code it tests).
-fn crate_paths(text: &str) -> Vec<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
-    code.match_indices("crate::")
-        .map(|(i, m)| {
-            code[i + m.len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect()
-        })
+/// The names of `forbidden` that `reached` holds.
+fn found<'a>(reached: &BTreeSet<String>, forbidden: &[&'a str]) -> Vec<&'a str> {
+    forbidden
+        .iter()
+        .copied()
+        .filter(|c| reached.contains(*c))
         .collect()
 }
 
 #[test]
-fn the_pure_core_names_no_shell_instrument_or_crd_module() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    for part in CORE {
-        let path = src.join(part);
-        assert!(path.exists(), "{} is gone: update CORE", path.display());
-        rust_files(&path, &mut files);
+fn the_pure_crates_and_the_api_types_depend_on_no_runtime_http_or_kubernetes_client() {
+    let mut pure = IO.to_vec();
+    pure.extend(["kube", "k8s-openapi", "goodput-api", "goodput"]);
+    for package in ["goodput-core", "goodput-model"] {
+        let reached = tree(package);
+        assert!(reached.contains("serde"), "{package}: {reached:?}");
+        assert_eq!(found(&reached, &pure), [] as [&str; 0], "{package}");
     }
-    let mut upward = Vec::new();
-    for file in files.iter().filter(|f| !f.ends_with("tests.rs")) {
-        let text = std::fs::read_to_string(file).expect("a readable source file");
-        for name in crate_paths(&text) {
-            if !CORE_MODULES.contains(&name.as_str()) {
-                upward.push(format!(
-                    "{}: crate::{name}",
-                    file.strip_prefix(&src).unwrap_or(file).display()
-                ));
-            }
-        }
-    }
+    let api = tree("goodput-api");
     assert!(
-        upward.is_empty(),
-        "the core names outside modules: {upward:#?}"
+        api.contains("kube-derive") && api.contains("goodput-model"),
+        "{api:?}"
     );
-}
-
-#[test]
-fn a_path_to_a_shell_is_found() {
-    let text = "use crate::analysis::mean;\nfn f() { crate::loadgen::run(); }\n\
-                #[cfg(test)]\nmod tests { use crate::sim::x; }\n";
-    assert_eq!(crate_paths(text), ["analysis", "loadgen"]);
+    assert_eq!(found(&api, IO), [] as [&str; 0], "goodput-api");
+    // The check sees them where they are: the goodput crate reaches every one.
+    let shells = tree("goodput");
+    assert_eq!(found(&shells, IO), IO, "goodput");
 }

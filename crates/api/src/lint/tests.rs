@@ -1,10 +1,8 @@
 //! Unit tests of `lint`.
 
 use super::*;
-use crate::api::{
-    Experiments, PeakForecast, RateSweep, Reporting, Saturation, Target, WorkloadSource,
-};
 use crate::workload::{Severity, seed_manifest};
+use crate::{Experiments, PeakForecast, RateSweep, Reporting, Saturation, Target, WorkloadSource};
 
 fn spec() -> CapacityBenchmarkSpec {
     CapacityBenchmarkSpec {
@@ -50,7 +48,7 @@ fn warnings(findings: &[Finding]) -> Vec<&str> {
 
 #[test]
 fn a_real_engines_process_takes_kill_replica_only() {
-    use crate::api::{EngineProcessRef, FailureTest, Fault, FaultKind};
+    use crate::{EngineProcessRef, FailureTest, Fault, FaultKind};
     let with = |kinds: &[FaultKind], process: bool| {
         lint_with(|s, _| {
             s.target.url = Some("http://127.0.0.1:8000".into());
@@ -89,7 +87,7 @@ fn a_real_engines_process_takes_kill_replica_only() {
 
 #[test]
 fn failure_tests_are_checked() {
-    use crate::api::{FailureTest, Fault, FaultKind, SimulatedTarget};
+    use crate::{FailureTest, Fault, FaultKind, SimulatedTarget};
     let f = lint_with(|s, _| s.failure_test = Some(FailureTest::default()));
     assert!(f.is_empty(), "the defaults are clean: {f:?}");
     let f = lint_with(|s, _| {
@@ -169,7 +167,7 @@ fn failure_tests_are_checked() {
 
 #[test]
 fn the_operator_runs_kills_against_a_service_and_cancellations_anywhere_but_its_own_sim() {
-    use crate::api::{FailureTest, Fault, FaultKind, ServiceTarget};
+    use crate::{FailureTest, Fault, FaultKind, ServiceTarget};
     let test = |kinds: &[FaultKind]| {
         Some(FailureTest {
             faults: kinds
@@ -208,15 +206,15 @@ fn the_operator_runs_kills_against_a_service_and_cancellations_anywhere_but_its_
     assert_eq!(paths(cluster_failure_test(&spec)), ["spec.failureTest"]);
     // The operator's own simulated engine: goodput bench's.
     spec.target.url = None;
-    spec.target.simulated = Some(crate::api::SimulatedTarget::default());
+    spec.target.simulated = Some(crate::SimulatedTarget::default());
     spec.failure_test = test(&[FaultKind::RequestCancel]);
     assert_eq!(paths(cluster_failure_test(&spec)), ["spec.failureTest"]);
     // What the operator cannot run includes timeScale: auto, which calibrates on the
     // machine goodput bench runs on.
     spec.failure_test = None;
     assert!(cluster_unsupported(&spec).is_empty());
-    spec.target.simulated = Some(crate::api::SimulatedTarget {
-        time_scale: crate::api::TimeScale::Auto,
+    spec.target.simulated = Some(crate::SimulatedTarget {
+        time_scale: crate::TimeScale::Auto,
         ..Default::default()
     });
     assert_eq!(
@@ -227,7 +225,7 @@ fn the_operator_runs_kills_against_a_service_and_cancellations_anywhere_but_its_
 
 #[test]
 fn a_time_scale_is_a_positive_number_or_auto() {
-    use crate::api::TimeScale;
+    use crate::TimeScale;
     let parse = |v: &str| serde_saphyr::from_str::<TimeScale>(v).map_err(|e| e.to_string());
     assert_eq!(parse("25"), Ok(TimeScale::Fixed(25.0)));
     assert_eq!(parse("2.5"), Ok(TimeScale::Fixed(2.5)));
@@ -239,7 +237,7 @@ fn a_time_scale_is_a_positive_number_or_auto() {
         r#"["auto",20.0]"#
     );
     let f = lint_with(|spec, _| {
-        spec.target.simulated = Some(crate::api::SimulatedTarget {
+        spec.target.simulated = Some(crate::SimulatedTarget {
             time_scale: TimeScale::Fixed(-1.0),
             ..Default::default()
         });
@@ -396,7 +394,7 @@ fn mean_only_reporting_is_refused() {
 
 #[test]
 fn service_targets_are_checked() {
-    use crate::api::ServiceTarget;
+    use crate::ServiceTarget;
     let service = |name: &str, port: i32, namespace: Option<&str>| ServiceTarget {
         name: name.into(),
         port,
@@ -470,7 +468,7 @@ fn targets_are_checked() {
         s.target.url = Some("localhost:8000".into());
         s.target.simulated = Some(SimulatedTarget::default());
         s.target.metrics_urls = vec!["http://ok:8001".into(), "ftp://x".into()];
-        s.target.prometheus = Some(crate::api::PrometheusSource {
+        s.target.prometheus = Some(crate::PrometheusSource {
             url: "prom:9090".into(),
             selector: String::new(),
             step_seconds: 0.0,
@@ -595,7 +593,7 @@ fn a_workload_needs_exactly_one_source() {
 
 #[test]
 fn results_go_to_at_most_one_sink_and_a_bucket_is_an_s3_url() {
-    let bucket = |url: &str| crate::api::ResultsBucket {
+    let bucket = |url: &str| crate::ResultsBucket {
         url: url.into(),
         ..Default::default()
     };
@@ -615,7 +613,7 @@ fn results_go_to_at_most_one_sink_and_a_bucket_is_an_s3_url() {
             "{url}"
         );
     }
-    s.loadgen.results_bucket = Some(crate::api::ResultsBucket {
+    s.loadgen.results_bucket = Some(crate::ResultsBucket {
         endpoint: Some("http://minio:9000".into()),
         ..bucket("s3://results")
     });

@@ -1,5 +1,12 @@
 //! Custom resource types (`goodput.dev/v1alpha1`). The same YAML is what `goodput bench`
 //! runs locally and what the operator reconciles in a cluster.
+//!
+//! Types, their validation (`lint`) and the CustomResourceDefinitions: kube's derive and
+//! k8s-openapi's types only, no client. Re-exported as `goodput::api`.
+
+// The core's modules and the engine model under the names the types have always used.
+use goodput_core::{analysis, failure, planning, workload};
+use goodput_model as sim;
 
 mod capacity_benchmark;
 pub mod conditions;

@@ -1,9 +1,9 @@
 //! Unit tests of `load`.
 
 use super::*;
-use crate::api::GROUP;
+use crate::GROUP;
 
-const VALID: &str = include_str!("../../../tests/data/lint/valid-inline.yaml");
+const VALID: &str = include_str!("../../../../tests/data/lint/valid-inline.yaml");
 
 fn parse(yaml: &str) -> Result<LoadedBenchmark, BenchmarkError> {
     parse_benchmark(yaml, Path::new("bench.yaml"))
@@ -385,7 +385,7 @@ fn unknown_fields_are_refused_with_their_path_line_and_the_expected_fields() {
     // Without the typo the status reads.
     let loaded = parse(&with_status.replace("verdictt", "verdict")).unwrap();
     let status = loaded.benchmark.status.unwrap();
-    assert_eq!(status.phase, Some(crate::api::Phase::Running));
+    assert_eq!(status.phase, Some(crate::Phase::Running));
     assert_eq!(status.points[0].verdict, "pass");
 }
 
@@ -487,7 +487,8 @@ fn many_documents_cost_the_files_size() {
 
 #[test]
 fn the_examples_load() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The repository's root, two folders above this crate.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     for name in [
         "examples/capacity-benchmark.yaml",
         "examples/simulated-engine.yaml",

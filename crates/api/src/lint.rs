@@ -10,7 +10,7 @@ use super::{
     WorkloadSource,
 };
 use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
-use crate::workload::Findings as Lint;
+use crate::workload::Findings;
 use crate::workload::{ArrivalPattern, Finding, Toggle, WorkloadManifest};
 
 /// The no-warmup warning, worded as the manifest validator words it, so that a loader
@@ -22,9 +22,9 @@ const NO_WARMUP: &str = "no warmup: compilation and cache fill land in the measu
 /// is the one the benchmark runs; the gate is `spec.acceptance` when given, else the
 /// manifest's. The manifest's own validation (`crate::workload::validate`) is not repeated.
 pub fn lint(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> Vec<Finding> {
-    let mut out = Lint(lint_spec(spec));
+    let mut out = Lint(Findings(lint_spec(spec)));
     out.with_manifest(spec, manifest);
-    out.0
+    out.0.0
 }
 
 /// The checks that need no manifest (usable before a `manifestConfigMap` is read).
@@ -43,7 +43,7 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     out.reporting(spec);
     out.loadgen(spec);
     out.failure_test(spec);
-    out.0
+    out.0.0
 }
 
 /// What the operator cannot run: `simulated.timeScale: auto` (it calibrates against the
@@ -60,8 +60,8 @@ pub fn cluster_unsupported(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
              give a number (the K goodput bench chose is in its capacity pack)",
         );
     }
-    out.0.extend(cluster_failure_test(spec));
-    out.0
+    out.0.0.extend(cluster_failure_test(spec));
+    out.0.0
 }
 
 /// What the operator cannot run of `spec.failureTest`: in a cluster a fault is
@@ -106,7 +106,7 @@ pub fn cluster_failure_test(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
             );
         }
     }
-    out.0
+    out.0.0
 }
 
 /// Where the manifest's fields live, as the prefix of their finding paths:
@@ -153,6 +153,24 @@ fn is_dns1035_label(name: &str) -> bool {
 
 fn positive(v: f64) -> bool {
     v.is_finite() && v > 0.0
+}
+
+/// The manifest validator's collector (its helpers: `error`, `warning`, `positive`, ...)
+/// with the custom resources' checks added.
+#[derive(Default)]
+struct Lint(Findings);
+
+impl std::ops::Deref for Lint {
+    type Target = Findings;
+    fn deref(&self) -> &Findings {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Lint {
+    fn deref_mut(&mut self) -> &mut Findings {
+        &mut self.0
+    }
 }
 
 // Findings are collected in check order by the manifest validator's collector; the

@@ -173,8 +173,8 @@ fn closed_loop_e2e(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::offline::simulate_rate;
-    use crate::sim::preset;
+    use crate::offline::simulate_rate;
+    use crate::preset;
 
     fn workload() -> WorkloadSpec {
         WorkloadSpec::single_shape(1024, 128, 500.0, 40.0, 2000)
@@ -192,7 +192,7 @@ mod tests {
     fn two_replicas_hold_at_least_twice_one_and_closed_loop_scales_with_them() {
         let setup = preset("qwen2.5-7b-h100").expect("preset");
         let w = workload();
-        let gate = crate::sim::offline::gate_for(&w.classes, &GateConfig::default());
+        let gate = crate::offline::gate_for(&w.classes, &GateConfig::default());
         let one = fleet_capacity(&setup, &w, 1, &gate, (0.5, 60.0)).expect("bisects");
         let two = fleet_capacity(&setup, &w, 2, &gate, (0.5, 120.0)).expect("bisects");
         // Round-robin smooths each replica's arrivals: never worse than two lone replicas,

@@ -32,7 +32,7 @@ pub use store::{
 };
 
 /// The rule file the chart ships, as Prometheus loads it.
-pub const SHIPPED_RULES_YAML: &str = include_str!("../../charts/goodput/files/alerts.yaml");
+pub const SHIPPED_RULES_YAML: &str = include_str!("../../../../charts/goodput/files/alerts.yaml");
 
 /// Why rules could not be read or evaluated.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -11,14 +11,13 @@ use std::path::{Path, PathBuf};
 
 pub use cache::CacheMode;
 pub use manifest::*;
-pub(crate) use validate::Findings;
-pub use validate::{Finding, MIX_SUM_TOLERANCE, Severity, validate};
+pub use validate::{Finding, Findings, MIX_SUM_TOLERANCE, Severity, validate};
 
 use crate::analysis::{ClassSlo, GateConfig};
 
 /// The seed's manifest (70B-class model, three classes); also the defaults when no manifest
 /// is given.
-pub const SEED_MANIFEST_YAML: &str = include_str!("../../examples/workload-manifest.yaml");
+pub const SEED_MANIFEST_YAML: &str = include_str!("../../../../examples/workload-manifest.yaml");
 
 /// Why a manifest could not be used.
 #[derive(Debug, thiserror::Error)]

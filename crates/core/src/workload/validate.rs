@@ -245,12 +245,14 @@ fn validate_classes(m: &WorkloadManifest, out: &mut Findings) {
     }
 }
 
-/// Collects findings; the helpers keep each rule to one line above.
+/// Collects findings; the helpers keep each rule to one line (the manifest's rules above,
+/// the custom resources' lint in `goodput-api`).
 #[derive(Default)]
-pub(crate) struct Findings(pub(crate) Vec<Finding>);
+pub struct Findings(pub Vec<Finding>);
 
 impl Findings {
-    pub(crate) fn push(
+    /// A finding of `severity` at `path`.
+    pub fn push(
         &mut self,
         severity: Severity,
         path: impl Into<String>,
@@ -263,22 +265,25 @@ impl Findings {
         });
     }
 
-    pub(crate) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    /// An error at `path`.
+    pub fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Error, path, message);
     }
 
-    pub(crate) fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    /// A warning at `path`.
+    pub fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Warning, path, message);
     }
 
-    pub(crate) fn non_empty(&mut self, path: &str, value: &str) {
+    /// An error unless `value` has more than white space.
+    pub fn non_empty(&mut self, path: &str, value: &str) {
         if value.trim().is_empty() {
             self.error(path, "must not be empty");
         }
     }
 
     /// Revisions and versions must name one immutable thing, so results can be reproduced.
-    pub(crate) fn immutable(&mut self, path: &str, value: &str) {
+    pub fn immutable(&mut self, path: &str, value: &str) {
         let v = value.trim().to_ascii_lowercase();
         if v.is_empty() {
             self.error(path, "must not be empty: pin an immutable revision");
@@ -290,7 +295,8 @@ impl Findings {
         }
     }
 
-    pub(crate) fn positive(&mut self, path: &str, value: f64) {
+    /// An error unless `value` is a finite number above zero.
+    pub fn positive(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value > 0.0) {
             self.error(path, format!("{value} must be a positive number"));
         }
