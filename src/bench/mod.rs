@@ -13,12 +13,12 @@
 //! sees them, so reports, gates and verdicts are in real-time units.
 
 pub mod calibration;
-pub mod driver;
 pub mod fidelity;
 pub mod model;
 pub mod point_job;
-pub mod result;
-pub mod sweep;
+
+// The driver, the sweep and the result are the core's, under the paths they had here.
+pub use goodput_core::benchmark::{driver, result, sweep};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ use crate::sim::live::fleet::{FleetConfig, start_fleet};
 use crate::sim::live::router::RouterConfig;
 use crate::sim::live::{Replica, ReplicaConfig};
 use crate::workload::{Resolved, WorkloadManifest};
-use driver::{Outcome, PointKey, Recorded, Step, SweepPlan, TestedDeployment};
+use driver::{Outcome, PointKey, Recorded, Step, TestedDeployment};
 use point_job::PointTarget;
 use result::{
     BenchResult, ModeResult, PlainGrid, PointResult, SaturationLevel, SaturationResult, TargetFacts,
@@ -153,7 +153,7 @@ pub async fn run_bench(
         failures: std::sync::Mutex::new(Vec::new()),
     };
     // The driver decides every point; this shell only runs them in-process.
-    let mut plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+    let mut plan = spec.sweep_plan(manifest.client.request_schedule_seed);
     if let (driver::RateSource::Knee { .. }, Some(setup)) = (&plan.rates, &target.setup) {
         // The engine model places the first rates once the knee calibrates it.
         plan.model = model::model_priors(spec, manifest, setup, target.facts.replicas)
@@ -728,7 +728,7 @@ impl Runner<'_> {
             .filter_map(|r| r.lateness().map(|(frames, _steps)| frames))
             .collect();
         let lateness = fidelity::tightest_ttft_cutoff_ms(&real_plan.gate)
-            .and_then(|cutoff| fidelity::EngineLateness::of(&frames, k, cutoff));
+            .and_then(|cutoff| fidelity::engine_lateness(&frames, k, cutoff));
         measured.rescale(k);
         let mut summary = measured.summarize(&real, &real_plan)?;
         if let Some(note) = failure_note(dir, &summary, &real_plan.gate) {
@@ -861,7 +861,7 @@ async fn start_target(
     client: &reqwest::Client,
 ) -> Result<Target, BenchError> {
     let placement = &manifest.engine.placement;
-    let gpus_per_replica = driver::gpus_per_replica(spec, manifest);
+    let gpus_per_replica = spec.gpus_per_replica(manifest);
     if let Some(url) = &spec.target.url {
         let url = url.trim_end_matches('/').to_owned();
         let (metrics_targets, notes) = url_metrics_pages(spec, client, &url).await;
@@ -870,7 +870,7 @@ async fn start_target(
             facts: TargetFacts {
                 kind: "url".into(),
                 url,
-                model: driver::target_model(spec, manifest),
+                model: spec.target_model(manifest),
                 preset: None,
                 engine_profile: None,
                 replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),

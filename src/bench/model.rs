@@ -2,8 +2,6 @@
 //! computed once before the sweep, so that the driver can calibrate it to the measured
 //! saturation and place the first rates around the capacity it then predicts.
 
-use serde::{Deserialize, Serialize};
-
 use crate::api::{CacheMode, CapacityBenchmarkSpec};
 use crate::sim::Setup;
 use crate::sim::fleet_model::{fleet_capacity, fleet_closed_loop_rps};
@@ -11,18 +9,7 @@ use crate::sim::offline::WorkloadSpec;
 use crate::workload::WorkloadManifest;
 use crate::workload::schedule::{ScheduleError, SharedPrefix};
 
-/// The engine model's expectations for one cache mode.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelPrior {
-    /// The cache mode.
-    pub cache: CacheMode,
-    /// The model's capacity of the deployment under test (requests per second): the
-    /// highest rate its per-class gate passes, replicas behind a round-robin router.
-    pub capacity_rps: f64,
-    /// What the model's engine sustains at each saturation level, measured as a live level
-    /// measures it (see [`fleet_closed_loop_rps`]): `(concurrency, RPS)`.
-    pub saturation_rps: Vec<(u32, f64)>,
-}
+pub use super::driver::ModelPrior;
 
 /// How the model's prediction is calibrated and used (stated in every report).
 pub const PLACEMENT_RULE: &str = "model-guided placement: before the sweep, the engine model \

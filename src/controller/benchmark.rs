@@ -239,7 +239,7 @@ impl Run<'_> {
     async fn step(&mut self) -> Result<Action, Blocked> {
         let manifest = self.validate().await?;
         let spec = &self.cb.spec;
-        let mut plan = SweepPlan::from_spec(spec, manifest.client.request_schedule_seed);
+        let mut plan = spec.sweep_plan(manifest.client.request_schedule_seed);
         if self.status.phase == Some(Phase::Succeeded) {
             self.teardown_simulated().await.map_err(api_blocked)?;
             return Ok(Action::await_change());
@@ -430,7 +430,7 @@ impl Run<'_> {
                     .unwrap_or(manifest.engine.placement.replicas)
                     .max(1),
                 time_scale: spec.target.time_scale.unwrap_or(1.0),
-                model: driver::target_model(spec, manifest),
+                model: spec.target_model(manifest),
             })
         } else if let Some(svc) = &spec.target.service {
             let namespace = svc
@@ -985,7 +985,7 @@ impl Run<'_> {
         let gate = manifest.gate_config();
         let tested = TestedDeployment {
             replicas: target.replicas,
-            gpus_per_replica: driver::gpus_per_replica(spec, manifest),
+            gpus_per_replica: spec.gpus_per_replica(manifest),
         };
         let gpus = tested.replicas.max(1) * tested.gpus_per_replica.max(1);
         let mut modes = Vec::new();

@@ -141,6 +141,6 @@ pub async fn service(
         discover_metrics: false,
         replicas,
         time_scale: spec.target.time_scale.unwrap_or(1.0),
-        model: crate::bench::driver::target_model(spec, manifest),
+        model: spec.target_model(manifest),
     }))
 }

@@ -1,9 +1,11 @@
 //! The crates below the shells keep to themselves. The core (`crates/core`), the engine
-//! model (`crates/model`) and the custom resources (`crates/api`) cannot name the shells
-//! (the compiler holds that); this holds what they may depend on, as `cargo tree` resolves
-//! each alone: the core and the model nothing that brings an async runtime, HTTP or
-//! Kubernetes, the API types kube's derive but no client or runtime. So they build, and
-//! their tests run, without them.
+//! model (`crates/model`), the custom resources (`crates/api`), the pack (`crates/pack`),
+//! Git (`crates/gitops`) and the instruments (`crates/sim`, `crates/engine-metrics`)
+//! cannot name the shells (the compiler holds that); this holds what they may depend on, as
+//! `cargo tree` resolves each alone: the core and the model nothing that brings an async
+//! runtime, HTTP or Kubernetes, the API types and the pack kube's derive but no client or
+//! runtime, Git and the instruments no custom resource or Kubernetes type. So they build,
+//! and their tests run, without the rest.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -59,7 +61,7 @@ fn found<'a>(reached: &BTreeSet<String>, forbidden: &[&'a str]) -> Vec<&'a str> 
 }
 
 #[test]
-fn the_pure_crates_and_the_api_types_depend_on_no_runtime_http_or_kubernetes_client() {
+fn each_crate_below_the_shells_depends_only_on_what_its_layer_allows() {
     let mut pure = IO.to_vec();
     pure.extend(["kube", "k8s-openapi", "goodput-api", "goodput"]);
     for package in ["goodput-core", "goodput-model"] {
@@ -73,6 +75,17 @@ fn the_pure_crates_and_the_api_types_depend_on_no_runtime_http_or_kubernetes_cli
         "{api:?}"
     );
     assert_eq!(found(&api, IO), [] as [&str; 0], "goodput-api");
+    // The instruments (the simulated engine served live, the engine metrics over HTTP) do
+    // IO, but know nothing of the custom resources or Kubernetes.
+    for package in ["goodput-sim", "goodput-engine-metrics"] {
+        let reached = tree(package);
+        assert!(reached.contains("tokio"), "{package}: {reached:?}");
+        assert_eq!(
+            found(&reached, &["goodput-api", "kube", "k8s-openapi"]),
+            [] as [&str; 0],
+            "{package}"
+        );
+    }
     // The check sees them where they are: the goodput crate reaches every one.
     let shells = tree("goodput");
     assert_eq!(found(&shells, IO), IO, "goodput");

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::CapacityBenchmarkStatus;
+use crate::benchmark::driver::{RateSource, SaturationPlan, SweepPlan};
 use crate::workload::{Acceptance, WorkloadManifest};
 
 /// A capacity benchmark: saturation sweep, open-loop rate sweep per cache mode, the
@@ -743,6 +744,64 @@ impl Default for Reporting {
 
 fn default_statistics() -> Vec<Statistic> {
     vec![Statistic::P50, Statistic::P95, Statistic::P99]
+}
+
+/// What the benchmark driver (`goodput_core::benchmark::driver`) and both shells take from a
+/// spec, resolved once here.
+impl CapacityBenchmarkSpec {
+    /// The driver's plan of this spec: a saturation sweep when asked for or when no rates
+    /// are given, the rate sweep unless only a saturation sweep was asked for.
+    pub fn sweep_plan(&self, seed: u64) -> SweepPlan {
+        let ex = &self.experiments;
+        let fixed = ex.rate_sweep.as_ref().filter(|r| !r.rates.is_empty());
+        let saturation = match (&ex.saturation, fixed) {
+            (Some(s), _) => Some(s.clone()),
+            (None, None) => Some(Default::default()),
+            (None, Some(_)) => None,
+        };
+        let range = ex.rate_sweep.clone().unwrap_or_default();
+        SweepPlan {
+            cache_modes: ex.cache_modes.clone(),
+            saturation: saturation.map(|s| SaturationPlan {
+                concurrency: s.concurrency,
+                duration_s: s.duration_seconds,
+            }),
+            rates: match fixed {
+                Some(r) => RateSource::Fixed(r.rates.clone()),
+                None => RateSource::Knee {
+                    low: range.low_fraction,
+                    high: range.high_fraction,
+                    points: range.points,
+                },
+            },
+            run_rates: ex.rate_sweep.is_some() || ex.saturation.is_none(),
+            repeats: self.repeats.max(1),
+            seed,
+            resolution: range.resolution,
+            max_refinements: range.max_refinements,
+            model: Vec::new(),
+        }
+    }
+
+    /// The model a real target is asked for, decided once for both shells: `target.model`,
+    /// else the manifest's model id. (A simulated target serves its preset's.)
+    pub fn target_model(&self, manifest: &WorkloadManifest) -> String {
+        self.target
+            .model
+            .clone()
+            .unwrap_or_else(|| manifest.model.id.clone())
+    }
+
+    /// GPUs per replica, decided once for both shells: `target.gpusPerReplica`, else the
+    /// manifest's placement split evenly among its replicas (lint refuses an uneven split),
+    /// else 1.
+    pub fn gpus_per_replica(&self, manifest: &WorkloadManifest) -> u32 {
+        self.target
+            .gpus_per_replica
+            .or_else(|| manifest.engine.placement.gpus_per_replica())
+            .filter(|&g| g > 0)
+            .unwrap_or(1)
+    }
 }
 
 #[cfg(test)]

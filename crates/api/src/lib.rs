@@ -5,7 +5,7 @@
 //! k8s-openapi's types only, no client. Re-exported as `goodput::api`.
 
 // The core's modules and the engine model under the names the types have always used.
-use goodput_core::{analysis, failure, planning, workload};
+use goodput_core::{analysis, benchmark, failure, planning, workload};
 use goodput_model as sim;
 
 mod capacity_benchmark;

@@ -507,6 +507,98 @@ pub fn write_requests_csv(
     Ok(())
 }
 
+/// What a run sent and got back over every request, warmup included (the engine's counters
+/// see them all), for comparison with the engine's own figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunTotals {
+    /// Requests that completed.
+    pub completed: u64,
+    /// Requests that failed or were cancelled (the engine may have counted part of them).
+    pub not_completed: u64,
+    /// Prompt tokens of the completed requests as scheduled: for token-id prompts exactly
+    /// the ids sent.
+    pub prompt_tokens_scheduled: u64,
+    /// `usage.prompt_tokens` summed over the completed requests that reported it.
+    pub prompt_tokens_usage: u64,
+    /// Completed requests that reported `usage.prompt_tokens`.
+    pub prompt_usage_reports: u64,
+    /// Output tokens of the completed requests (usage when reported, else counted chunks).
+    pub completion_tokens: u64,
+    /// Sum of the completed requests' time to first token from their actual send (ms): the
+    /// engine's TTFT plus the client and the wire, without the client's schedule lag.
+    pub ttft_from_send_ms_sum: f64,
+    /// The median of those (ms); `None` once runs were merged (a median does not add).
+    pub ttft_from_send_p50_ms: Option<f64>,
+    /// Completed requests by the length of the shared prefix their prompt began with
+    /// (tokens; warm cache only): what a prefix cache can serve.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub shared_prefix_tokens: std::collections::BTreeMap<u32, u64>,
+}
+
+impl RunTotals {
+    /// The totals of `records` (every record of a run), where a request's shared prefix is
+    /// `prefix_tokens` long, capped one below its prompt (warm cache; `None`: cold).
+    pub fn of(records: &[RequestRecord], prefix_tokens: Option<u32>) -> RunTotals {
+        let done: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+        let mut ttft: Vec<f64> = done
+            .iter()
+            .filter_map(|r| Some((r.first_token_s? - r.sent_s) * 1e3))
+            .collect();
+        ttft.sort_by(f64::total_cmp);
+        let mut shared = std::collections::BTreeMap::new();
+        if let Some(p) = prefix_tokens {
+            for r in &done {
+                *shared
+                    .entry(p.min(r.input_tokens.saturating_sub(1)))
+                    .or_default() += 1;
+            }
+        }
+        RunTotals {
+            completed: done.len() as u64,
+            not_completed: (records.len() - done.len()) as u64,
+            prompt_tokens_scheduled: done.iter().map(|r| u64::from(r.input_tokens)).sum(),
+            prompt_tokens_usage: done
+                .iter()
+                .filter_map(|r| r.input_tokens_usage.map(u64::from))
+                .sum(),
+            prompt_usage_reports: done
+                .iter()
+                .filter(|r| r.input_tokens_usage.is_some())
+                .count() as u64,
+            completion_tokens: done.iter().map(|r| u64::from(r.output_tokens)).sum(),
+            ttft_from_send_ms_sum: ttft.iter().sum(),
+            ttft_from_send_p50_ms: nearest_rank(&ttft, 0.5),
+            shared_prefix_tokens: shared,
+        }
+    }
+
+    /// `other`'s requests added to these (a continuation, a shard).
+    pub fn add(&mut self, other: &RunTotals) {
+        self.completed += other.completed;
+        self.not_completed += other.not_completed;
+        self.prompt_tokens_scheduled += other.prompt_tokens_scheduled;
+        self.prompt_tokens_usage += other.prompt_tokens_usage;
+        self.prompt_usage_reports += other.prompt_usage_reports;
+        self.completion_tokens += other.completion_tokens;
+        self.ttft_from_send_ms_sum += other.ttft_from_send_ms_sum;
+        self.ttft_from_send_p50_ms = None;
+        for (len, n) in &other.shared_prefix_tokens {
+            *self.shared_prefix_tokens.entry(*len).or_default() += n;
+        }
+    }
+
+    /// Times multiplied by `k` (a run against an engine `k` times faster than real time).
+    pub fn rescale(&mut self, k: f64) {
+        self.ttft_from_send_ms_sum *= k;
+        self.ttft_from_send_p50_ms = self.ttft_from_send_p50_ms.map(|t| t * k);
+    }
+
+    /// Mean time to first token from the actual send (ms).
+    pub fn mean_ttft_from_send_ms(&self) -> Option<f64> {
+        (self.completed > 0).then(|| self.ttft_from_send_ms_sum / self.completed as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

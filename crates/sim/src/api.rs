@@ -35,7 +35,7 @@ use super::replica::{Replica, mix, unit};
 use super::sse::{FrameSpec, Kind, SseStream, response_text, wait_finished};
 use super::tokenizer::{chat_tokens, count_tokens, tokenize};
 use super::{MetricsFlavor, ReplicaConfig};
-use crate::sim::engine::{NewRequest, block_hashes};
+use goodput_model::engine::{NewRequest, block_hashes};
 
 // Salts of the per-request draws, so each kind of draw is independent of the others.
 const SALT_LENGTH: u64 = 1;

@@ -14,16 +14,17 @@
 //!   router, and target lists from files.
 //! - [`identify`]: what a target says it runs (engine, version, models) and whether its
 //!   engine pages answer, asked before it is measured.
+//!
+//! Re-exported as `goodput::engine_metrics`.
 
-// The pure half (the text format, the profiles, the series and their findings) is the
-// core's; this module adds what reads pages over HTTP. (`parse` names the module and its
-// function both.)
-pub use goodput_core::engine_metrics::{findings, parse, profile, series};
+// The pure half (the text format, the profiles, the series, their findings and the truth
+// check) is the core's; this crate adds what reads pages over HTTP. (`parse` names the
+// module and its function both.)
+pub use goodput_core::engine_metrics::{findings, parse, profile, series, truth};
 
 pub mod identify;
 pub mod prometheus_api;
 pub mod scrape;
-pub mod truth;
 
 pub use parse::{Exposition, MetricType, Sample};
 pub use profile::{Concept, DetectedProfile, EngineKind, MetricKind, Profile, detect};

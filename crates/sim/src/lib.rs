@@ -1,4 +1,5 @@
-//! The simulated engine served live: the discrete-event model of [`crate::sim::engine`]
+//! The simulated engine served live (re-exported as `goodput::sim::live`): the
+//! discrete-event model of [`goodput_model::engine`]
 //! stepped in real time behind an OpenAI-compatible HTTP API with engine-style `/metrics`.
 //!
 //! One replica is a [`Replica`] (the engine on its own thread, the request plumbing and the
@@ -9,11 +10,11 @@
 //! when it arrives. Latencies in `/metrics` are wall-clock, as the server observes them.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), goodput::sim::live::LiveError> {
-//! use goodput::sim::live::{ReplicaConfig, serve_replica};
-//! let setup = goodput::sim::preset("qwen2.5-7b-h100").expect("a known preset");
+//! # async fn demo() -> Result<(), goodput_sim::LiveError> {
+//! use goodput_sim::{ReplicaConfig, serve_replica};
+//! let setup = goodput_model::preset("qwen2.5-7b-h100").expect("a known preset");
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8000").await.map_err(|e| {
-//!     goodput::sim::live::LiveError::Io { context: "bind".into(), source: e }
+//!     goodput_sim::LiveError::Io { context: "bind".into(), source: e }
 //! })?;
 //! serve_replica(listener, ReplicaConfig::new(setup), async {
 //!     let _ = tokio::signal::ctrl_c().await;
@@ -46,7 +47,7 @@ use tokio::task::JoinHandle;
 pub use metrics::{LatenessRecorder, LatenessSnapshot};
 pub use replica::{CutMode, FaultConfig, Replica, StreamCut};
 
-use crate::sim::setup::Setup;
+use goodput_model::setup::Setup;
 
 /// Default limit on a request body.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;

@@ -132,7 +132,7 @@ pub enum RouterError {
 impl Router {
     /// A router over replicas at `urls`, all in rotation.
     pub fn new(urls: Vec<String>, config: RouterConfig) -> Result<Arc<Self>, RouterError> {
-        let client = crate::http_client::default_http_client(Duration::from_secs(2))?;
+        let client = goodput_http::default_http_client(Duration::from_secs(2))?;
         Ok(Arc::new(Router {
             backends: urls
                 .into_iter()

@@ -2,6 +2,14 @@
 //! `plan.md`, the SVG plots and the terminal summary (and, in `proposal`, a replica
 //! proposal's pull request). Every figure is in real-time units;
 //! cache modes are always reported apart, never averaged.
+//!
+//! Rendering only: from the core's result types and the custom resources, no IO beyond
+//! writing the files. Re-exported as `goodput::pack`.
+
+// The core's modules and the custom resources under the names the renderers have always
+// used (`bench` is the core's benchmark: its result, sweep and fidelity records).
+use goodput_api as api;
+use goodput_core::{analysis, benchmark as bench, engine_metrics, failure, planning, workload};
 
 pub(crate) mod figures;
 mod markdown;

@@ -39,7 +39,7 @@ pub(super) fn client() -> Result<reqwest::Client, ForgeError> {
                 attempt.follow()
             }
         }));
-    crate::http_client::http_client(builder)
+    goodput_http::http_client(builder)
         .map_err(|e| ForgeError::Config(format!("cannot build the HTTP client: {e}")))
 }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::profile::{CACHE_BLOCK_SIZE, Concept};
 use super::series::MetricsSeries;
-use crate::loadgen::run::RunTotals;
+use crate::record::RunTotals;
 
 /// A cold point whose engine hit rate is above this did not start cold (1%).
 pub const COLD_HIT_RATE_MAX: f64 = 0.01;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::MetricsFlavor;
-use crate::sim::engine::EngineStats;
+use goodput_model::engine::EngineStats;
 
 /// vLLM's TTFT buckets (seconds).
 const VLLM_TTFT: &[f64] = &[

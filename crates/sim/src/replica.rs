@@ -17,16 +17,16 @@ use std::time::{Duration, Instant};
 
 use super::metrics::{LatenessRecorder, LatenessSnapshot, Published, ServerMetrics};
 use super::{LiveError, ReplicaConfig};
-use crate::sim::engine::{Engine, EngineStats, NewRequest, RequestId};
+use goodput_model::engine::{Engine, EngineStats, NewRequest, RequestId};
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves the data valid.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-pub(crate) use crate::workload::hashing::splitmix64 as mix;
+pub(crate) use goodput_core::workload::hashing::splitmix64 as mix;
 
-pub(crate) use crate::workload::hashing::unit;
+pub(crate) use goodput_core::workload::hashing::unit;
 
 // ---------------------------------------------------------------------------------------
 // Faults

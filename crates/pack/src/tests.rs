@@ -534,7 +534,7 @@ fn the_final_bracket_and_its_refinements_are_shown() {
         section_text.contains("| **16 (refined)** |"),
         "{section_text}"
     );
-    let summary = crate::pack::summary_text(&result);
+    let summary = crate::summary_text(&result);
     assert!(
         summary.contains("bracket [16, 16.8] RPS (5.0% wide)"),
         "{summary}"
@@ -562,7 +562,7 @@ fn the_cost_of_every_point_adds_up_to_the_benchmarks() {
             total.requests_sent.to_string()
         ]
     );
-    let summary = crate::pack::summary_text(&result);
+    let summary = crate::summary_text(&result);
     assert!(
         summary.contains(&format!("cost: {:.1} GPU-minutes", total.gpu_minutes)),
         "{summary}"
@@ -596,7 +596,7 @@ fn model_placement_is_weighed_against_the_plain_grid() {
     );
     assert!(cost.contains("at least 100.0 GPU-minutes saved"), "{cost}");
     assert!(!cost.contains("Model placement, warm cache"), "{cost}");
-    let summary = crate::pack::summary_text(&result);
+    let summary = crate::summary_text(&result);
     assert!(
         summary.contains(
             "model placement: at least 100.0 GPU-minutes saved against the plain grid's \
@@ -605,7 +605,7 @@ fn model_placement_is_weighed_against_the_plain_grid() {
         "{summary}"
     );
     // Without a placed mode, no such line.
-    assert!(!crate::pack::summary_text(&fixture(1)).contains("model placement"));
+    assert!(!crate::summary_text(&fixture(1)).contains("model placement"));
 }
 
 #[test]
@@ -634,7 +634,7 @@ fn a_point_stopped_early_says_so_and_what_it_saved() {
         "{md}"
     );
     assert!(section(&md, "Early stopping rule").contains("once its failure is settled"));
-    let summary = crate::pack::summary_text(&result);
+    let summary = crate::summary_text(&result);
     assert!(
         summary.contains("20 FAIL (errors, stopped early)"),
         "{summary}"

@@ -20,14 +20,12 @@
 
 use super::sweep;
 use crate::analysis::{GateConfig, PointReport};
-use crate::api::CapacityBenchmarkSpec;
 use crate::planning::PeakForecast;
 use crate::planning::{
     CapacitySelection, PlanError, PlanInput, ReplicaPlan, SweepPoint, plan_replicas,
     select_capacity,
 };
 use crate::workload::CacheMode;
-use crate::workload::WorkloadManifest;
 use crate::workload::hashing::mix64;
 
 /// What the driver needs from a benchmark spec: the experiments, in resolved form.
@@ -52,7 +50,21 @@ pub struct SweepPlan {
     pub max_refinements: u32,
     /// The engine model's expectations per cache mode; with a knee, they place the first
     /// rates instead of the fixed-fraction grid (empty: the grid).
-    pub model: Vec<super::model::ModelPrior>,
+    pub model: Vec<ModelPrior>,
+}
+
+/// The engine model's expectations for one cache mode (`goodput::bench::model` computes
+/// them before the sweep).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelPrior {
+    /// The cache mode.
+    pub cache: CacheMode,
+    /// The model's capacity of the deployment under test (requests per second): the
+    /// highest rate its per-class gate passes, replicas behind a round-robin router.
+    pub capacity_rps: f64,
+    /// What the model's engine sustains at each saturation level, measured as a live level
+    /// measures it: `(concurrency, RPS)`.
+    pub saturation_rps: Vec<(u32, f64)>,
 }
 
 /// The closed-loop experiment.
@@ -78,42 +90,6 @@ pub enum RateSource {
         /// Rates in the derived sweep.
         points: u32,
     },
-}
-
-impl SweepPlan {
-    /// The plan of a spec: a saturation sweep when asked for or when no rates are given,
-    /// the rate sweep unless only a saturation sweep was asked for.
-    pub fn from_spec(spec: &CapacityBenchmarkSpec, seed: u64) -> SweepPlan {
-        let ex = &spec.experiments;
-        let fixed = ex.rate_sweep.as_ref().filter(|r| !r.rates.is_empty());
-        let saturation = match (&ex.saturation, fixed) {
-            (Some(s), _) => Some(s.clone()),
-            (None, None) => Some(Default::default()),
-            (None, Some(_)) => None,
-        };
-        let range = ex.rate_sweep.clone().unwrap_or_default();
-        SweepPlan {
-            cache_modes: ex.cache_modes.clone(),
-            saturation: saturation.map(|s| SaturationPlan {
-                concurrency: s.concurrency,
-                duration_s: s.duration_seconds,
-            }),
-            rates: match fixed {
-                Some(r) => RateSource::Fixed(r.rates.clone()),
-                None => RateSource::Knee {
-                    low: range.low_fraction,
-                    high: range.high_fraction,
-                    points: range.points,
-                },
-            },
-            run_rates: ex.rate_sweep.is_some() || ex.saturation.is_none(),
-            repeats: spec.repeats.max(1),
-            seed,
-            resolution: range.resolution,
-            max_refinements: range.max_refinements,
-            model: Vec::new(),
-        }
-    }
 }
 
 /// One test point: which experiment, in which cache mode, at which load.
@@ -656,26 +632,6 @@ pub struct ModeConclusion {
     pub plan: Option<ReplicaPlan>,
 }
 
-/// The model a real target is asked for, decided once for both shells: the spec's
-/// `target.model`, else the manifest's model id. (A simulated target serves its preset's.)
-pub fn target_model(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> String {
-    spec.target
-        .model
-        .clone()
-        .unwrap_or_else(|| manifest.model.id.clone())
-}
-
-/// GPUs per replica, decided once for both shells: the spec's `target.gpusPerReplica`, else
-/// the manifest's placement split evenly among its replicas (lint refuses an uneven
-/// split), else 1.
-pub fn gpus_per_replica(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> u32 {
-    spec.target
-        .gpus_per_replica
-        .or_else(|| manifest.engine.placement.gpus_per_replica())
-        .filter(|&g| g > 0)
-        .unwrap_or(1)
-}
-
 /// The deployment the points ran against, as the plan needs it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TestedDeployment {
@@ -968,7 +924,7 @@ mod tests {
         let mut plan = knee_plan();
         plan.resolution = 0.05;
         plan.max_refinements = 4;
-        plan.model = vec![crate::bench::model::ModelPrior {
+        plan.model = vec![ModelPrior {
             cache: CacheMode::Cold,
             capacity_rps: 15.0,
             saturation_rps: vec![(4, 2.5), (8, 5.0), (16, 10.0), (32, 12.5)],
@@ -1290,7 +1246,7 @@ mod tests {
             plan.resolution = 0.05;
             plan.max_refinements = 4;
             if warm {
-                plan.model = vec![crate::bench::model::ModelPrior {
+                plan.model = vec![ModelPrior {
                     cache: CacheMode::Warm,
                     capacity_rps: capacity * 0.9,
                     saturation_rps: vec![(4, 4.0 * per_slot), (8, 8.0 * per_slot), (16, 15.0), (32, 20.0)],
