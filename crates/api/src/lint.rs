@@ -22,9 +22,9 @@ const NO_WARMUP: &str = "no warmup: compilation and cache fill land in the measu
 /// is the one the benchmark runs; the gate is `spec.acceptance` when given, else the
 /// manifest's. The manifest's own validation (`crate::workload::validate`) is not repeated.
 pub fn lint(spec: &CapacityBenchmarkSpec, manifest: &WorkloadManifest) -> Vec<Finding> {
-    let mut out = Lint(Findings(lint_spec(spec)));
+    let mut out = Lint::of(lint_spec(spec));
     out.with_manifest(spec, manifest);
-    out.0.0
+    out.found()
 }
 
 /// The checks that need no manifest (usable before a `manifestConfigMap` is read).
@@ -43,7 +43,7 @@ pub fn lint_spec(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
     out.reporting(spec);
     out.loadgen(spec);
     out.failure_test(spec);
-    out.0.0
+    out.found()
 }
 
 /// What the operator cannot run: `simulated.timeScale: auto` (it calibrates against the
@@ -60,8 +60,9 @@ pub fn cluster_unsupported(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
              give a number (the K goodput bench chose is in its capacity pack)",
         );
     }
-    out.0.0.extend(cluster_failure_test(spec));
-    out.0.0
+    let mut found = out.found();
+    found.extend(cluster_failure_test(spec));
+    found
 }
 
 /// What the operator cannot run of `spec.failureTest`: in a cluster a fault is
@@ -106,7 +107,7 @@ pub fn cluster_failure_test(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
             );
         }
     }
-    out.0.0
+    out.found()
 }
 
 /// Where the manifest's fields live, as the prefix of their finding paths:
@@ -159,6 +160,18 @@ fn positive(v: f64) -> bool {
 /// with the custom resources' checks added.
 #[derive(Default)]
 struct Lint(Findings);
+
+impl Lint {
+    /// Collecting on after `found`.
+    fn of(found: Vec<Finding>) -> Lint {
+        Lint(Findings(found))
+    }
+
+    /// Every finding, in check order.
+    fn found(self) -> Vec<Finding> {
+        self.0.0
+    }
+}
 
 impl std::ops::Deref for Lint {
     type Target = Findings;

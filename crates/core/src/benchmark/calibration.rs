@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::fidelity::{tightest_cutoff_ms, tightest_ttft_cutoff_ms};
 use crate::analysis::GateConfig;
 
 /// Drift, as a fraction of the tightest cutoff, above which the pack warns (and `auto`
@@ -164,15 +165,8 @@ impl Calibration {
 
 /// The tightest finite, positive TTFT and TPOT cutoffs of the gate's classes.
 pub fn tightest_cutoffs(gate: &GateConfig) -> Option<(f64, f64)> {
-    let tightest = |f: fn(&crate::analysis::ClassSlo) -> f64| {
-        gate.classes
-            .iter()
-            .map(f)
-            .filter(|c| c.is_finite() && *c > 0.0)
-            .min_by(f64::total_cmp)
-    };
     Some((
-        tightest(|c| c.ttft_cutoff_ms)?,
-        tightest(|c| c.tpot_cutoff_ms)?,
+        tightest_ttft_cutoff_ms(gate)?,
+        tightest_cutoff_ms(gate, |c| c.tpot_cutoff_ms)?,
     ))
 }

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::GateConfig;
+use crate::analysis::{ClassSlo, GateConfig};
 
 /// P99 frame lateness (model time), as a fraction of the tightest TTFT cutoff, above which
 /// the pack warns: 2% (10 ms against a 500 ms cutoff).
@@ -42,13 +42,18 @@ pub struct EngineLateness {
     pub frames: u64,
 }
 
-/// The tightest finite, positive TTFT cutoff of this gate, if any.
-pub fn tightest_ttft_cutoff_ms(gate: &GateConfig) -> Option<f64> {
+/// The tightest finite, positive cutoff of the gate's classes that `cutoff` reads, if any.
+pub fn tightest_cutoff_ms(gate: &GateConfig, cutoff: fn(&ClassSlo) -> f64) -> Option<f64> {
     gate.classes
         .iter()
-        .map(|c| c.ttft_cutoff_ms)
+        .map(cutoff)
         .filter(|c| c.is_finite() && *c > 0.0)
         .min_by(f64::total_cmp)
+}
+
+/// The tightest finite, positive TTFT cutoff of this gate, if any.
+pub fn tightest_ttft_cutoff_ms(gate: &GateConfig) -> Option<f64> {
+    tightest_cutoff_ms(gate, |c| c.ttft_cutoff_ms)
 }
 
 impl EngineLateness {
