@@ -1,6 +1,7 @@
 //! The crates below the shells keep to themselves. The core (`crates/core`), the engine
 //! model (`crates/model`), the custom resources (`crates/api`), the pack (`crates/pack`),
-//! Git (`crates/gitops`) and the instruments (`crates/sim`, `crates/engine-metrics`)
+//! Git (`crates/gitops`) and the instruments (`crates/sim`, `crates/engine-metrics`,
+//! `crates/loadgen`)
 //! cannot name the shells (the compiler holds that); this holds what they may depend on, as
 //! `cargo tree` resolves each alone: the core and the model nothing that brings an async
 //! runtime, HTTP or Kubernetes, the API types and the pack kube's derive but no client or
@@ -75,9 +76,9 @@ fn each_crate_below_the_shells_depends_only_on_what_its_layer_allows() {
         "{api:?}"
     );
     assert_eq!(found(&api, IO), [] as [&str; 0], "goodput-api");
-    // The instruments (the simulated engine served live, the engine metrics over HTTP) do
-    // IO, but know nothing of the custom resources or Kubernetes.
-    for package in ["goodput-sim", "goodput-engine-metrics"] {
+    // The instruments (the simulated engine served live, the engine metrics over HTTP, the
+    // load generator) do IO, but know nothing of the custom resources or Kubernetes.
+    for package in ["goodput-sim", "goodput-engine-metrics", "goodput-loadgen"] {
         let reached = tree(package);
         assert!(reached.contains("tokio"), "{package}: {reached:?}");
         assert_eq!(

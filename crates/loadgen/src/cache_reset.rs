@@ -92,7 +92,7 @@ async fn ask(
     for attempt in 1..=ATTEMPTS {
         let response = client
             .post(&url)
-            .timeout(crate::engine_metrics::identify::PROBE_TIMEOUT)
+            .timeout(goodput_engine_metrics::identify::PROBE_TIMEOUT)
             .send()
             .await;
         match response {

@@ -428,7 +428,7 @@ fn http_error_message(body: &[u8]) -> String {
 /// Sends `spec` to `base_url` (see [`endpoint_url`]) on `client` and records what came
 /// back. `timeouts.request` and `timeouts.stall` are enforced here; `timeouts.connect` is
 /// the client's own (build it with
-/// [`default_http_client`](crate::http_client::default_http_client)`(timeouts.connect)`).
+/// `goodput_http::default_http_client(timeouts.connect)`).
 /// Never panics and never outlives `timeouts.request` by more than a timer tick (plus, on
 /// success, up to [`DRAIN_AFTER_DONE`] spent returning the connection to the pool, which
 /// does not move `ended`). Cancel-safe: dropping the future closes the connection.

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Prompt;
-use crate::workload::hashing::{GOLDEN_GAMMA, mix64};
+use goodput_core::workload::hashing::{GOLDEN_GAMMA, mix64};
 
 /// The token ids a prompt is drawn from: `lo..hi`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::engine_metrics::identify::PROBE_TIMEOUT;
-use crate::engine_metrics::parse::{Exposition, Sample};
-use crate::engine_metrics::profile::{Concept, concept_value, detect};
-use crate::engine_metrics::scrape::{ScrapeError, scrape_round};
+use goodput_engine_metrics::identify::PROBE_TIMEOUT;
+use goodput_engine_metrics::parse::{Exposition, Sample};
+use goodput_engine_metrics::profile::{Concept, concept_value, detect};
+use goodput_engine_metrics::scrape::{ScrapeError, scrape_round};
 
 /// The longest a point waits for its engines to drain: a deployment that serves other
 /// traffic never does, and a point then starts anyway, saying what was left.
@@ -84,7 +84,7 @@ pub async fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine_metrics::parse::parse;
+    use goodput_engine_metrics::parse::parse;
 
     #[test]
     fn running_and_waiting_add_up_and_a_page_without_them_says_nothing() {

@@ -115,7 +115,7 @@ pub async fn served_model(
 ) -> Option<ServedModel> {
     let response = client
         .get(format!("{target}/v1/models"))
-        .timeout(super::super::engine_metrics::identify::PROBE_TIMEOUT)
+        .timeout(goodput_engine_metrics::identify::PROBE_TIMEOUT)
         .send()
         .await
         .ok()?;
@@ -141,7 +141,7 @@ async fn accepts(client: &reqwest::Client, target: &str, model: &str, id: u32) -
     let response = client
         .post(format!("{target}/v1/completions"))
         .json(&body)
-        .timeout(super::super::engine_metrics::identify::PROBE_TIMEOUT)
+        .timeout(goodput_engine_metrics::identify::PROBE_TIMEOUT)
         .send()
         .await
         .ok()?;

@@ -5,7 +5,7 @@
 //! - `goodput_loadgen_requests_total{class, result}`: completed requests, `result` `ok` or
 //!   `error`; both series of every class exist at 0 from the start;
 //! - `goodput_loadgen_requests_slo_met_total{class}`: successes meeting both cutoffs of
-//!   their class ([`crate::analysis::meets_slo`] on the record's TTFT and TPOT);
+//!   their class ([`goodput_core::analysis::meets_slo`] on the record's TTFT and TPOT);
 //! - `goodput_loadgen_slo_attainment_target{class}`: the manifest's attainment minimum;
 //! - `goodput_loadgen_schedule_lag_seconds`: nearest-rank p99 of the send lag behind the
 //!   open-loop schedule over the last [`LAG_WINDOW`] (see [`LiveMetrics::schedule_lag_p99_s`]).
@@ -15,7 +15,7 @@
 //! this endpoint see the same values. Warmup requests count: the alerts watch the live
 //! system, not the measured window. Labels are bounded: class names only, never request ids.
 //!
-//! [`SampleStore::add_client_records`]: crate::alerts::SampleStore::add_client_records
+//! [`SampleStore::add_client_records`]: goodput_core::alerts::SampleStore::add_client_records
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -35,7 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::record::RequestRecord;
-use crate::analysis::{GateConfig, meets_slo, nearest_rank};
+use goodput_core::analysis::{GateConfig, meets_slo, nearest_rank};
 
 /// How far back the schedule-lag gauge looks: the requests sent within this long before a
 /// scrape (plus those due and not sent yet).
@@ -345,8 +345,8 @@ async fn render(State(m): State<Arc<LiveMetrics>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alerts::{CLIENT_METRICS, SampleStore};
-    use crate::analysis::ClassSlo;
+    use goodput_core::alerts::{CLIENT_METRICS, SampleStore};
+    use goodput_core::analysis::ClassSlo;
 
     fn gate() -> GateConfig {
         GateConfig {

@@ -15,17 +15,17 @@ use super::run::{
     ClientFacts, LoadConfig, LoadMode, PointRun, open_loop_window_s, prewarm, run_point,
     run_point_from,
 };
-use crate::analysis::{
+use goodput_core::analysis::{
     AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
     queue_slope,
 };
-use crate::engine_metrics::findings::{EngineFindings, findings};
-use crate::engine_metrics::scrape::scrape_loop_from;
-use crate::engine_metrics::series::MetricsSeries;
-use crate::workload::CacheMode;
-use crate::workload::schedule::{
+use goodput_core::workload::CacheMode;
+use goodput_core::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
 };
+use goodput_engine_metrics::findings::{EngineFindings, findings};
+use goodput_engine_metrics::scrape::scrape_loop_from;
+use goodput_engine_metrics::series::MetricsSeries;
 
 /// How a point is measured and judged, besides the load itself.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ impl PointPlan {
     /// A point as the manifest sets it: its minimum duration, sample rule and gate; the
     /// whole schedule (no shard), 1 s scrapes, lag limit 10 ms, no ITL column.
     pub fn for_manifest(
-        manifest: &crate::workload::WorkloadManifest,
+        manifest: &goodput_core::workload::WorkloadManifest,
         schedule: ScheduleSpec,
         metrics_targets: Vec<String>,
     ) -> Self {
@@ -244,7 +244,7 @@ pub struct PointSummaryFile {
     /// prompt and output tokens, TTFT, prefix-cache hits); what disagrees is also among the
     /// engine findings' flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine_truth: Option<crate::engine_metrics::truth::EngineTruth>,
+    pub engine_truth: Option<goodput_engine_metrics::truth::EngineTruth>,
 }
 
 impl PointSummaryFile {
@@ -257,7 +257,7 @@ impl PointSummaryFile {
             return None;
         };
         self.littles_law
-            .and_then(|l| crate::analysis::sustained_rps(concurrency as f64, l.mean_e2e_s))
+            .and_then(|l| goodput_core::analysis::sustained_rps(concurrency as f64, l.mean_e2e_s))
     }
 }
 
@@ -911,9 +911,9 @@ fn client_trend(in_flight: &[(f64, f64)], from_s: f64, to_s: f64) -> QueueTrend 
 
 /// Everything a point's `summary.json` is assembled from besides its report: one run's
 /// facts ([`MeasuredPoint::summarize`]) or those of a point's shards merged
-/// ([`merge_shards`](super::handoff::merge_shards)). One assembly for both, so a merged
+/// (`goodput::loadgen::handoff::merge_shards`). One assembly for both, so a merged
 /// point is judged by the same rules as a single run.
-pub(crate) struct PointFacts<'a> {
+pub struct PointFacts<'a> {
     /// Open or closed loop, in real-time units.
     pub mode: LoadMode,
     /// Cache state.
@@ -952,19 +952,19 @@ pub(crate) struct PointFacts<'a> {
 
 impl PointFacts<'_> {
     /// The window (s) the report's rates are taken over.
-    pub(crate) fn window_s(&self) -> f64 {
+    pub fn window_s(&self) -> f64 {
         self.client.window_s.max(1e-3)
     }
 
     /// Queue trend over the measured span and where it came from.
-    pub(crate) fn queue_trend(&self) -> (QueueTrend, String) {
+    pub fn queue_trend(&self) -> (QueueTrend, String) {
         let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
         queue_trend(&self.client.in_flight_series, self.series, from, to)
     }
 
     /// `summary.json` of the point whose analysis core report is `report` (computed over
     /// [`Self::window_s`] with the trend of [`Self::queue_trend`]).
-    pub(crate) fn assemble(self, report: PointReport, source: String) -> PointSummaryFile {
+    pub fn assemble(self, report: PointReport, source: String) -> PointSummaryFile {
         let trend = report.queue_trend;
         let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
         let window = self.window_s();
@@ -979,11 +979,12 @@ impl PointFacts<'_> {
         // that passed despite it stands, and so does a failure the lag cannot cause (the
         // queue grew although less arrived on time, or requests failed). Only a failure
         // it may explain (attainment, too few samples) is not evidence.
-        let lag_explains = report.verdict != Some(crate::analysis::Verdict::Pass)
+        let lag_explains = report.verdict != Some(goodput_core::analysis::Verdict::Pass)
             && !report.gate_reasons.iter().any(|r| {
                 matches!(
                     r.rule,
-                    crate::analysis::GateRule::QueueTrend | crate::analysis::GateRule::ErrorRate
+                    goodput_core::analysis::GateRule::QueueTrend
+                        | goodput_core::analysis::GateRule::ErrorRate
                 )
             });
         let lagging = !closed && client.schedule_lag_ms.p99 > self.max_lag_ms;
@@ -1032,7 +1033,7 @@ impl PointFacts<'_> {
         let warm = self.cache == CacheMode::Warm;
         let mut engine_findings = series.map(|s| findings(s, window, warm));
         let engine_truth = series.filter(|s| s.profile.is_some()).map(|s| {
-            crate::engine_metrics::truth::check(
+            goodput_engine_metrics::truth::check(
                 &self.client.totals,
                 s,
                 self.prompt_method == PromptMethod::TokenIds,
@@ -1169,9 +1170,9 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine_metrics::series::ScrapeSample;
-    use crate::loadgen::Timeouts;
-    use crate::workload::schedule::{ScheduleClass, TraceEntry};
+    use crate::Timeouts;
+    use goodput_core::workload::schedule::{ScheduleClass, TraceEntry};
+    use goodput_engine_metrics::series::ScrapeSample;
 
     fn plan(arrival: Arrival) -> PointPlan {
         PointPlan {
@@ -1238,7 +1239,7 @@ mod tests {
 
     #[test]
     fn time_scaling_divides_durations_and_multiplies_rates() {
-        let manifest = crate::workload::seed_manifest();
+        let manifest = goodput_core::workload::seed_manifest();
         let config = LoadConfig {
             timeouts: Timeouts {
                 request: Duration::from_secs(600),

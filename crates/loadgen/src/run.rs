@@ -19,10 +19,10 @@ use super::live_metrics::{Due, LiveMetrics};
 use super::prompt::{PromptMethod, build_prompt};
 use super::record::RequestRecord;
 use super::{Api, ErrorKind, RequestOutcome, RequestSpec, Timeouts};
-use crate::analysis::{EarlyStop, EarlyStopper, GateConfig, nearest_rank_many};
-pub use crate::record::CancelPlan;
-use crate::workload::CacheMode;
-use crate::workload::schedule::{ScheduledRequest, SharedPrefix};
+use goodput_core::analysis::{EarlyStop, EarlyStopper, GateConfig, nearest_rank_many};
+pub use goodput_core::record::CancelPlan;
+use goodput_core::workload::CacheMode;
+use goodput_core::workload::schedule::{ScheduledRequest, SharedPrefix};
 
 /// Open or closed loop.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -85,7 +85,7 @@ pub struct LoadConfig {
     /// for a server that closes its connections after a streamed response without saying
     /// so (llama.cpp), which a reused connection would turn into failures that are the
     /// client's doing, and for replicas behind one address that balances connections
-    /// ([`crate::bench::point_job::connection_per_request`]).
+    /// (`goodput::bench::point_job::connection_per_request`).
     pub close_connections: bool,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,
@@ -119,7 +119,7 @@ impl LoadConfig {
     /// (cancellation, else 600 s), stop behaviour and sampling; cold cache, token-id prompts
     /// on `/v1/completions`, no in-flight cap, no progress lines.
     pub fn for_manifest(
-        manifest: &crate::workload::WorkloadManifest,
+        manifest: &goodput_core::workload::WorkloadManifest,
         target: String,
         model: String,
         mode: LoadMode,
@@ -302,7 +302,7 @@ pub struct ClientFacts {
 }
 
 /// What a run sent and got back, for the engine's truth check (the core's).
-pub use crate::record::RunTotals;
+pub use goodput_core::record::RunTotals;
 
 /// How many measured requests failed with one status and message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -991,7 +991,7 @@ mod tests {
     #[test]
     fn time_scaling_moves_the_cancel_window() {
         let mut config = LoadConfig::for_manifest(
-            &crate::workload::seed_manifest(),
+            &goodput_core::workload::seed_manifest(),
             "http://127.0.0.1:1".into(),
             "m".into(),
             LoadMode::Rate { rate: 2.0 },
