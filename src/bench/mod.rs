@@ -11,14 +11,26 @@
 //! duration, scrape interval) is divided by `K` and every rate multiplied by `K`; the
 //! measured records and engine series are multiplied back by `K` before the analysis core
 //! sees them, so reports, gates and verdicts are in real-time units.
+//!
+//! This file holds the loop over the driver's steps ([`run_bench`]) and each mode's
+//! conclusion; `target.rs` starts or finds what is measured, `points.rs` runs one point,
+//! `failure_tests.rs` the failure tests after the sweep, `calibration.rs` the time scale's
+//! probes and `fidelity.rs` their records.
 
 pub mod calibration;
+mod failure_tests;
 pub mod fidelity;
-pub mod model;
-pub mod point_job;
+mod points;
+mod target;
 
-// The driver, the sweep and the result are the core's, under the paths they had here.
+use target::{SimulatedEngine, resolve_identity, start_target};
+
+// The driver, the sweep and the result are the core's, the engine model's placement the
+// API's (what a spec resolves to), one point's load the load generator's: under the paths
+// they had here.
+pub use goodput_api::placement as model;
 pub use goodput_core::benchmark::{driver, result, sweep};
+pub use goodput_loadgen::point_job;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,6 +47,7 @@ use crate::engine_metrics::scrape::discover_targets;
 use crate::loadgen::point::{
     MeasuredPoint, PointError, PointSummaryFile, measure_point, write_json,
 };
+use crate::pack_files;
 use crate::planning::cost::Cost;
 use crate::planning::{SweepEntry, SweepFile};
 use crate::sim::live::fleet::{FleetConfig, start_fleet};
@@ -134,8 +147,8 @@ pub async fn run_bench(
 
     let mut frozen = manifest.clone();
     frozen.resolved = Some(resolve_identity(&client, &target).await);
-    write_yaml(&options.out.join("workload-manifest.yaml"), &frozen)?;
-    write_yaml(&options.out.join("capacity-benchmark.yaml"), benchmark)?;
+    write_yaml(&options.out.join(pack_files::MANIFEST), &frozen)?;
+    write_yaml(&options.out.join(pack_files::BENCHMARK), benchmark)?;
 
     let bar = progress_bar(options.progress);
     let runner = Runner {
@@ -356,7 +369,7 @@ pub async fn run_bench(
         cost,
         interrupted,
     };
-    write_json(&options.out.join("sweep.json"), &result)?;
+    write_json(&options.out.join(pack_files::SWEEP_JSON), &result)?;
     if let Some(engine) = target.fleet {
         engine.shutdown().await;
     }
@@ -460,7 +473,7 @@ impl Runner<'_> {
                 .collect(),
         };
         write_json(
-            &self.out.join(mode_dir(cache)).join("sweep.json"),
+            &self.out.join(mode_dir(cache)).join(pack_files::SWEEP_JSON),
             &sweep_file,
         )?;
         let cost = Cost::sum(
@@ -488,282 +501,6 @@ impl Runner<'_> {
             client_limit: None,
         })
     }
-
-    /// The failure tests of `spec.failureTest`, one after another, at the given rate or the
-    /// capacity × `rateFraction`; each writes its folder and comes back as its report.
-    async fn failure_tests(
-        &self,
-        test: &crate::api::FailureTest,
-        cache: CacheMode,
-        capacity_rps: Option<f64>,
-        warnings: &mut Vec<String>,
-    ) -> Result<Vec<crate::failure::FailureReport>, BenchError> {
-        use crate::failure::local::{EngineProcess, FaultSite, SimulatedFleet, run_test};
-        let Some(rate) = test.rate_rps(capacity_rps) else {
-            warnings.push(
-                "failure tests skipped: no rate passed the gate and failureTest.rate is not \
-                 given"
-                    .into(),
-            );
-            return Ok(Vec::new());
-        };
-        let k = self.target.time_scale;
-        // A real engine's process when one is named; otherwise the simulated engine's
-        // admin API (in-process, or `goodput serve-sim` behind a URL).
-        let site = match (&self.target.fleet, &test.engine_process) {
-            (None, Some(p)) => FaultSite::Process(EngineProcess {
-                url: self.target.facts.url.clone(),
-                pid_file: p.pid_file.clone().into(),
-            }),
-            _ => FaultSite::Fleet(SimulatedFleet {
-                router_url: self.target.facts.url.clone(),
-                time_scale: k,
-            }),
-        };
-        let gate = self.manifest.gate_config();
-        let point_target = PointTarget {
-            url: self.target.facts.url.clone(),
-            model: self.target.facts.model.clone(),
-            metrics_targets: self.target.metrics_targets.clone(),
-            discover_metrics: false,
-            time_scale: k,
-        };
-        let key = PointKey::Rate {
-            cache,
-            rate,
-            repeat: 0,
-        };
-        let mut reports = Vec::new();
-        for (i, fault) in test.faults.iter().enumerate() {
-            self.bar.set_message(format!(
-                "failure test {}: {} on {} at {} RPS",
-                i + 1,
-                fault.kind,
-                fault.hits(),
-                rate_label(rate)
-            ));
-            // Prompts of their own: the sweep's never reach these engines' caches.
-            let nonce = self.nonce.wrapping_add(0x9e37_79b9 * (i as u64 + 1));
-            let (config, plan) =
-                point_job::point_load(self.spec, self.manifest, key, &point_target, nonce)
-                    .map_err(|e| BenchError::Spec(e.to_string()))?;
-            let done = run_test(
-                &self.client,
-                &site,
-                test,
-                fault,
-                (&config, &plan),
-                self.target.facts.replicas,
-                &gate,
-                self.stop.clone(),
-            )
-            .await
-            .map_err(|e| BenchError::Spec(format!("failure test {}: {e}", fault.kind)))?;
-            if let Some(e) = &done.alerts_error {
-                warnings.push(format!(
-                    "failure test {}: alerts not evaluated: {e}",
-                    fault.kind
-                ));
-            }
-            let (report, run, config, plan) = (done.report, done.run, done.config, done.plan);
-            let dir = self.out.join(fault.kind.dir());
-            let summary = run.measured.summarize(&config, &plan)?;
-            run.measured.write(&summary, &plan, &dir)?;
-            write_json(&dir.join("failure-test.json"), &report)?;
-            self.bar.inc(1);
-            reports.push(report);
-        }
-        Ok(reports)
-    }
-
-    /// One closed-loop level.
-    async fn saturation_level(
-        &self,
-        cache: CacheMode,
-        concurrency: u32,
-    ) -> Result<SaturationLevel, BenchError> {
-        let key = PointKey::Saturation { cache, concurrency };
-        let dir = point_job::point_dir(key, self.spec.repeats.max(1));
-        self.bar
-            .set_message(format!("{cache} saturation: {concurrency} in flight"));
-        let (summary, _lateness) = self.point(key, &dir).await?;
-        self.bar.inc(1);
-        let r = &summary.report;
-        let first = self
-            .manifest
-            .workload
-            .first()
-            .and_then(|c| r.classes.get(&c.name));
-        Ok(SaturationLevel {
-            concurrency,
-            dir,
-            throughput_rps: r.request_throughput_rps,
-            engine_rps: summary.engine_rps(),
-            output_tps: r.output_throughput_tps,
-            weakest_attainment: r.weakest_attainment(),
-            p95_ttft_ms: first.and_then(|c| c.p95_ttft_ms),
-            p95_tpot_ms: first.and_then(|c| c.p95_tpot_ms),
-            slos_met: driver::slos_met(r, &self.manifest.gate_config()),
-            cost: self.cost(&summary),
-        })
-    }
-
-    /// What a point cost: its busy time (real-time units) on every GPU under test.
-    fn cost(&self, summary: &PointSummaryFile) -> Cost {
-        Cost::of(summary.client.busy_s, self.gpus(), summary.client.sent)
-    }
-
-    /// Replicas × GPUs per replica under test.
-    fn gpus(&self) -> u32 {
-        let facts = &self.target.facts;
-        facts.replicas.max(1) * facts.gpus_per_replica.max(1)
-    }
-
-    /// One open-loop point (one repeat).
-    async fn rate_point(
-        &self,
-        key: PointKey,
-        cache: CacheMode,
-        rate: f64,
-        repeat: u32,
-    ) -> Result<PointResult, BenchError> {
-        let seed = key.seed(self.manifest.client.request_schedule_seed);
-        let dir = point_job::point_dir(key, self.spec.repeats.max(1));
-        self.bar.set_message(format!(
-            "{cache} {} RPS{}",
-            rate_label(rate),
-            if repeat >= self.spec.repeats.max(1) {
-                " (again: the first was not evidence)".to_owned()
-            } else if self.spec.repeats > 1 {
-                format!(" repeat {}", repeat + 1)
-            } else {
-                String::new()
-            }
-        ));
-        let (summary, engine_lateness) = self.point(key, &dir).await?;
-        self.bar.inc(1);
-        write_json(
-            &self.out.join(&dir).join("slo-report.json"),
-            &summary.report,
-        )?;
-        Ok(PointResult {
-            offered_rps: rate,
-            repeat,
-            seed,
-            refinement: false,
-            dir,
-            valid: summary.validity.valid,
-            validity_reasons: summary.validity.reasons.clone(),
-            client_behind: summary.validity.client_behind,
-            validity_notes: summary.validity.notes.clone(),
-            queue_trend_source: summary.queue_trend_source.clone(),
-            engine_findings: summary.engine_findings.clone(),
-            engine_truth: summary.engine_truth.clone(),
-            littles_law: summary.littles_law,
-            schedule_lag_p99_ms: summary.client.schedule_lag_ms.p99,
-            engine_lateness,
-            cost: self.cost(&summary),
-            early_stop: summary.client.early_stop.clone(),
-            report: summary.report,
-        })
-    }
-
-    /// Runs one point on the run's clock, converts it to model time and writes its files.
-    /// Returns the summary and, on the simulated engine, its frame lateness over the point
-    /// (a point that did not pass with lateness over the bound is marked not evidence in
-    /// its summary).
-    async fn point(
-        &self,
-        key: PointKey,
-        dir: &str,
-    ) -> Result<(PointSummaryFile, Option<fidelity::EngineLateness>), BenchError> {
-        let k = self.target.time_scale;
-        let target = PointTarget {
-            url: self.target.facts.url.clone(),
-            model: self.target.facts.model.clone(),
-            metrics_targets: self.target.metrics_targets.clone(),
-            discover_metrics: false,
-            time_scale: k,
-        };
-        let (real, real_plan) =
-            point_job::point_load(self.spec, self.manifest, key, &target, self.nonce)
-                .map_err(|e| BenchError::Spec(e.to_string()))?;
-        // One definition of time scaling (the load generator's): the run uses the scaled
-        // forms, and the measured point is rescaled to real time below.
-        let scaled = real.time_scaled(k);
-        let scaled_plan = real_plan.time_scaled(k);
-        let replicas = self
-            .target
-            .fleet
-            .as_ref()
-            .map_or(&[][..], |f| &f.replicas[..]);
-        for r in replicas {
-            r.reset_lateness();
-        }
-        let mut measured: MeasuredPoint = measure_point(
-            self.client.clone(),
-            &scaled,
-            &scaled_plan,
-            self.stop.clone(),
-        )
-        .await?;
-        if let Some(p) = &self.spec.target.prometheus {
-            let end = measured.started_unix_s + measured.run.start.elapsed().as_secs_f64();
-            match prometheus_series(&self.client, p, measured.started_unix_s, end).await {
-                Ok(series) => measured.series = Some(series),
-                // The point stands on the client's records; the queue trend then comes
-                // from the client's in-flight count, and the summary says so.
-                Err(e) => self
-                    .bar
-                    .println(format!("warning: {dir}: engine metrics: {e}")),
-            }
-        }
-        if let Some(found) = measured.series.as_ref().and_then(|s| s.profile.as_ref())
-            && let Ok(mut slot) = self.profile.lock()
-        {
-            slot.get_or_insert_with(|| found.clone());
-        }
-        let frames: Vec<_> = replicas
-            .iter()
-            .filter_map(|r| r.lateness().map(|(frames, _steps)| frames))
-            .collect();
-        let lateness = fidelity::tightest_ttft_cutoff_ms(&real_plan.gate)
-            .and_then(|cutoff| fidelity::engine_lateness(&frames, k, cutoff));
-        measured.rescale(k);
-        let mut summary = measured.summarize(&real, &real_plan)?;
-        if let Some(note) = failure_note(dir, &summary, &real_plan.gate) {
-            self.bar.println(format!("warning: {note}"));
-            if let Ok(mut f) = self.failures.lock() {
-                f.push(note);
-            }
-        }
-        let passed = summary.report.capacity_gate_pass;
-        if let Some(l) = lateness.filter(|l| l.refuses_point(passed))
-            && let Some(finding) = l.finding(k, passed)
-        {
-            // The harness's delay voids only a failure it could have caused: one whose
-            // attainment stays short with the largest lateness taken off every request
-            // stands (a late engine can grow its own queue, so that rule alone does not).
-            let short = crate::analysis::attainment_short_beyond(
-                &real_plan.gate,
-                measured
-                    .run
-                    .records
-                    .iter()
-                    .filter(|r| r.ok())
-                    .map(|r| (r.class, r.ttft_ms, r.tpot_ms, u64::from(r.output_tokens))),
-                l.relief_ms(),
-            );
-            if short {
-                summary.validity.notes.push(l.standing_failure(k));
-            } else {
-                summary.validity.valid = false;
-                summary.validity.reasons.push(finding);
-            }
-        }
-        measured.write(&summary, &real_plan, &self.out.join(dir))?;
-        Ok((summary, lateness))
-    }
 }
 
 /// The engine series of a point's window (`start_unix_s` to `end_unix_s`) from the
@@ -789,358 +526,6 @@ pub async fn prometheus_series(
     ))
     .await;
     query_range_series(client, &source, None, start_unix_s, end_unix_s).await
-}
-
-/// The simulated engine on its own async runtime and threads, so that its HTTP and SSE work
-/// does not delay the load generator's sends (which would show as schedule lag).
-struct SimulatedEngine {
-    url: String,
-    /// The replicas' handles, for their frame lateness.
-    replicas: Vec<Replica>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl SimulatedEngine {
-    async fn start(config: FleetConfig) -> Result<Self, BenchError> {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("simulated-engine".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_name("simulated-engine-io")
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    match start_fleet(config).await {
-                        Ok(fleet) => {
-                            let replicas =
-                                fleet.replicas.iter().map(|r| r.replica().clone()).collect();
-                            let _ = ready_tx.send(Ok((fleet.router_url(), replicas)));
-                            let _ = stop_rx.await;
-                            fleet.shutdown().await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                        }
-                    }
-                });
-            })
-            .map_err(|e| BenchError::Simulated(e.to_string()))?;
-        let (url, replicas) = ready_rx
-            .await
-            .map_err(|_| BenchError::Simulated("the engine thread ended early".into()))?
-            .map_err(BenchError::Simulated)?;
-        Ok(SimulatedEngine {
-            url,
-            replicas,
-            stop,
-            thread,
-        })
-    }
-
-    async fn shutdown(self) {
-        let _ = self.stop.send(());
-        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
-    }
-}
-
-/// Starts the simulated engine in-process (no `target.url`) or takes the URL.
-async fn start_target(
-    spec: &CapacityBenchmarkSpec,
-    manifest: &WorkloadManifest,
-    client: &reqwest::Client,
-) -> Result<Target, BenchError> {
-    let placement = &manifest.engine.placement;
-    let gpus_per_replica = spec.gpus_per_replica(manifest);
-    if let Some(url) = &spec.target.url {
-        let url = url.trim_end_matches('/').to_owned();
-        let (metrics_targets, notes) = url_metrics_pages(spec, client, &url).await;
-        return Ok(Target {
-            fleet: None,
-            facts: TargetFacts {
-                kind: "url".into(),
-                url,
-                model: spec.target_model(manifest),
-                preset: None,
-                engine_profile: None,
-                replicas: spec.target.replicas.unwrap_or(placement.replicas).max(1),
-                gpus_per_replica,
-                stream_interval: None,
-                engine_concepts_found: Vec::new(),
-                engine_concepts_missing: Vec::new(),
-            },
-            metrics_targets,
-            time_scale: spec.target.time_scale.unwrap_or(1.0),
-            calibration: None,
-            setup: None,
-            notes,
-        });
-    }
-    let sim = spec.target.simulated.clone().unwrap_or_default();
-    let setup = sim.setup().map_err(BenchError::Spec)?;
-    if let TimeScale::Fixed(k) = sim.time_scale
-        && !(k.is_finite() && k > 0.0)
-    {
-        return Err(BenchError::Spec(format!(
-            "spec.target.simulated.timeScale must be positive, got {k}"
-        )));
-    }
-    let model = spec
-        .target
-        .model
-        .clone()
-        .unwrap_or_else(|| setup.model.clone());
-    let fleet_config = |k: f64, replicas: u32| FleetConfig {
-        replica: ReplicaConfig {
-            time_scale: k,
-            stream_interval: sim.stream_interval.max(1),
-            // Every point states how far the engine drifted from its model clock.
-            record_lateness: true,
-            ..ReplicaConfig::new(setup.clone())
-        },
-        replicas,
-        host: std::net::Ipv4Addr::LOCALHOST.into(),
-        port: 0,
-        router: RouterConfig::default(),
-        cold_start: Duration::from_secs(1),
-        faults: Default::default(),
-    };
-    let calibration = calibrate(client, manifest, &model, &setup, sim.time_scale, |k| {
-        fleet_config(k, 1)
-    })
-    .await?;
-    let k = calibration
-        .as_ref()
-        .map_or_else(|| sim.time_scale.fixed().unwrap_or(1.0), |c| c.chosen);
-    let fleet = SimulatedEngine::start(fleet_config(k, sim.replicas.max(1))).await?;
-    let url = fleet.url.clone();
-    let metrics_targets = discover_targets(client, &url)
-        .await
-        .map_err(|e| BenchError::Simulated(e.to_string()))?;
-    Ok(Target {
-        fleet: Some(fleet),
-        facts: TargetFacts {
-            kind: "simulated".into(),
-            url,
-            model,
-            preset: Some(sim.preset.clone()),
-            engine_profile: None,
-            replicas: sim.replicas.max(1),
-            gpus_per_replica,
-            stream_interval: Some(sim.stream_interval.max(1)),
-            engine_concepts_found: Vec::new(),
-            engine_concepts_missing: Vec::new(),
-        },
-        metrics_targets,
-        time_scale: k,
-        calibration,
-        setup: Some(setup),
-        notes: Vec::new(),
-    })
-}
-
-/// What a reviewer reads about a point that lost more requests than the gate allows: how
-/// many, and the server's most frequent words for it (an out-of-vocabulary token id, a
-/// closed connection).
-fn failure_note(
-    dir: &str,
-    summary: &PointSummaryFile,
-    gate: &crate::analysis::GateConfig,
-) -> Option<String> {
-    let r = &summary.report;
-    let most = summary.client.errors.first()?;
-    (r.error_rate? > gate.error_rate_max).then(|| {
-        format!(
-            "{dir}: {} of {} requests failed; most often {most}",
-            r.failed, r.attempted
-        )
-    })
-}
-
-/// The engine pages a URL target's points scrape: `spec.target.metricsUrls` when given;
-/// else, unless Prometheus holds the metrics, the server's own `/metrics` when it answers
-/// with an engine's names there (vLLM, SGLang and llama.cpp serve them beside the API).
-/// With the notes a reviewer should read: where the pages came from, or that the points
-/// have no engine evidence and why.
-async fn url_metrics_pages(
-    spec: &CapacityBenchmarkSpec,
-    client: &reqwest::Client,
-    url: &str,
-) -> (Vec<String>, Vec<String>) {
-    use crate::engine_metrics::identify::PROBE_TIMEOUT;
-    use crate::engine_metrics::profile::detect;
-    use crate::engine_metrics::scrape::{metrics_url, scrape_once};
-    if !spec.target.metrics_urls.is_empty() || spec.target.prometheus.is_some() {
-        return (spec.target.metrics_urls.clone(), Vec::new());
-    }
-    let page = metrics_url(url);
-    match scrape_once(client, &page, PROBE_TIMEOUT).await {
-        Ok(exposition) => match detect(&exposition.samples) {
-            Some(found) => (
-                vec![url.to_owned()],
-                vec![format!(
-                    "engine metrics: {page} ({} names; spec.target.metricsUrls not given, so \
-                    the API's own port is scraped)",
-                    found.engine
-                )],
-            ),
-            None => (
-                Vec::new(),
-                vec![format!(
-                    "no engine metrics: {page} answered, but with no engine's names; the queue \
-                    trend comes from the client's in-flight count (give \
-                    spec.target.metricsUrls)"
-                )],
-            ),
-        },
-        Err(e) => (
-            Vec::new(),
-            vec![format!(
-                "no engine metrics: {page} did not answer ({e}); the queue trend comes from \
-                the client's in-flight count (give spec.target.metricsUrls)"
-            )],
-        ),
-    }
-}
-
-/// Probes a fresh single-replica engine from `config(K)` at the spec's time scale (or, for
-/// `auto`, at each candidate from the largest down until one is within the warning bound);
-/// `None` when the classes have no finite cutoffs to judge against (nothing can drift past
-/// them). A fixed K over the refusal bound is an error before any traffic.
-async fn calibrate(
-    client: &reqwest::Client,
-    manifest: &WorkloadManifest,
-    model: &str,
-    setup: &crate::sim::setup::Setup,
-    requested: TimeScale,
-    config: impl Fn(f64) -> FleetConfig,
-) -> Result<Option<calibration::Calibration>, BenchError> {
-    let Some(cutoffs) = calibration::tightest_cutoffs(&manifest.gate_config()) else {
-        return Ok(None);
-    };
-    let candidates = match requested {
-        TimeScale::Fixed(k) => vec![k],
-        TimeScale::Auto => calibration::AUTO_CANDIDATES.to_vec(),
-    };
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut trials = Vec::new();
-    for k in candidates {
-        let engine = SimulatedEngine::start(config(k)).await?;
-        // A fixed K over the refusal bound is probed once more (fresh prompts) and judged
-        // on that round: a passing hiccup of the machine spoils one round, a K too fast
-        // for it drifts in both. Both rounds go into the pack.
-        for round in 0..=calibration::REFUSAL_RETRIES {
-            let trial = calibration::probe(
-                client,
-                &engine.url,
-                model,
-                setup,
-                &manifest.workload,
-                cutoffs,
-                k,
-                nonce.wrapping_add(u64::from(round)),
-                || engine.replicas.iter().for_each(Replica::reset_lateness),
-                || {
-                    engine
-                        .replicas
-                        .iter()
-                        .filter_map(|r| r.lateness().map(|(frames, _)| frames))
-                        .collect()
-                },
-            )
-            .await;
-            let refused = trial.refused(calibration::REFUSE_FRACTION);
-            trials.push(trial);
-            if requested == TimeScale::Auto || !refused {
-                break;
-            }
-        }
-        engine.shutdown().await;
-        if trials
-            .last()
-            .is_some_and(|t| t.within(calibration::WARN_FRACTION))
-        {
-            break;
-        }
-    }
-    let chosen = match requested {
-        TimeScale::Fixed(k) => k,
-        TimeScale::Auto => calibration::auto_choice(&trials).unwrap_or(1.0),
-    };
-    let found = calibration::Calibration {
-        requested: requested.to_string(),
-        chosen,
-        warn_fraction: calibration::WARN_FRACTION,
-        refuse_fraction: calibration::REFUSE_FRACTION,
-        tightest_ttft_cutoff_ms: cutoffs.0,
-        tightest_tpot_cutoff_ms: cutoffs.1,
-        trials,
-    };
-    match found.refusal() {
-        Some(why) => Err(BenchError::Calibration(why)),
-        None => Ok(Some(found)),
-    }
-}
-
-/// What the run found about the system under test, recorded in the frozen manifest.
-async fn resolve_identity(client: &reqwest::Client, target: &Target) -> Resolved {
-    let facts = &target.facts;
-    let (engine, version, served) = if target.fleet.is_some() {
-        let served = identify(client, &facts.url, &[]).await.served_models;
-        (
-            "goodput simulated engine".to_owned(),
-            Some(env!("CARGO_PKG_VERSION").to_owned()),
-            served,
-        )
-    } else {
-        let found = identify(client, &facts.url, &target.metrics_targets).await;
-        (
-            found
-                .engine
-                .unwrap_or_else(|| "unknown (from the target URL)".to_owned()),
-            found.version,
-            found.served_models,
-        )
-    };
-    Resolved {
-        target_url: facts.url.clone(),
-        engine,
-        engine_version: version,
-        served_models: served,
-        model_sent: facts.model.clone(),
-        simulated_preset: facts.preset.clone(),
-        time_scale: target.time_scale,
-        goodput_version: env!("CARGO_PKG_VERSION").into(),
-        client_cpus: client_cpus(),
-    }
-}
-
-/// The CPUs this process may run on (its `Cpus_allowed_list`) of the machine's: `0 of 2`.
-fn client_cpus() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let allowed = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
-        .trim()
-        .to_owned();
-    Some(
-        match std::fs::read_to_string("/sys/devices/system/cpu/online") {
-            Ok(online) => format!("{allowed} of {}", online.trim()),
-            Err(_) => allowed,
-        },
-    )
 }
 
 fn progress_bar(enabled: bool) -> ProgressBar {

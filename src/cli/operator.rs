@@ -80,7 +80,7 @@ pub struct OperatorArgs {
 pub fn run(args: OperatorArgs) -> Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let lost_lease = runtime.block_on(async move {
-        let client = client(args.kubeconfig.as_deref()).await?;
+        let client = goodput::controller::connect(args.kubeconfig.as_deref()).await?;
         let metrics = Metrics::default();
         let listener = controller::metrics::bind(args.admin_addr)
             .await
@@ -176,21 +176,6 @@ pub fn run(args: OperatorArgs) -> Result<ExitCode> {
 /// Resolves once `stop` turns true (or its sender is gone).
 async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
-    let Some(path) = kubeconfig else {
-        return kube::Client::try_default()
-            .await
-            .context("no kubeconfig and no in-cluster configuration");
-    };
-    let config = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("using {}", path.display()))?;
-    kube::Client::try_from(config).context("building the API client")
 }
 
 /// `--loadgen-metrics-addr`: `HOST:PORT` where HOST may be `$(POD_IP)` (or `[$(POD_IP)]`),

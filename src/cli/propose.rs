@@ -17,6 +17,7 @@ use goodput::controller::pull_request::{edit_target, plan_hash};
 use goodput::controller::serving_plan::{OfflineEvidence, offline_proposal};
 use goodput::gitops::edit;
 use goodput::pack::proposal::{self, Proposal};
+use goodput::pack_files;
 use goodput::workload::WorkloadManifest;
 
 /// Flags of `goodput propose`.
@@ -59,7 +60,7 @@ enum Output {
 
 /// A capacity pack's result and frozen manifest.
 fn read_pack(dir: &std::path::Path) -> Result<(BenchResult, WorkloadManifest)> {
-    let sweep = dir.join("sweep.json");
+    let sweep = dir.join(pack_files::SWEEP_JSON);
     let text = std::fs::read_to_string(&sweep).with_context(|| {
         format!(
             "reading {} (is {} a capacity pack?)",
@@ -69,7 +70,7 @@ fn read_pack(dir: &std::path::Path) -> Result<(BenchResult, WorkloadManifest)> {
     })?;
     let result: BenchResult =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", sweep.display()))?;
-    let path = dir.join("workload-manifest.yaml");
+    let path = dir.join(pack_files::MANIFEST);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let manifest: WorkloadManifest = serde_saphyr::from_str(&text)

@@ -693,7 +693,10 @@ fn watched(
         }
         let back_after = match kind {
             FaultKind::ColdStart => Some(injected_ms),
-            _ => removed_ms,
+            FaultKind::KillReplica
+            | FaultKind::KvCapacity
+            | FaultKind::DegradedLink
+            | FaultKind::RequestCancel => removed_ms,
         };
         if let (Some(from), Some(t)) = (back_after, r.last_return_unix_ms)
             && t >= from

@@ -1,9 +1,6 @@
-//! The load generator (`goodput-loadgen`, re-exported here under its old path) and what
-//! carries a point's results from a loadgen pod to the operator: the ConfigMap hand-off
-//! (`handoff`), its publication (`publish`) and the results bucket (`bucket`).
+//! The load generator (`goodput-loadgen`) and what carries a point's results from a loadgen
+//! pod to the operator (`goodput-operator`'s `handoff`, `publish` and `bucket`), under the
+//! paths they had as modules of this crate.
 
 pub use goodput_loadgen::*;
-
-pub mod bucket;
-pub mod handoff;
-pub mod publish;
+pub use goodput_operator::{bucket, handoff, publish};

@@ -1,12 +1,12 @@
-//! The crates below the shells keep to themselves. The core (`crates/core`), the engine
-//! model (`crates/model`), the custom resources (`crates/api`), the pack (`crates/pack`),
-//! Git (`crates/gitops`) and the instruments (`crates/sim`, `crates/engine-metrics`,
-//! `crates/loadgen`)
-//! cannot name the shells (the compiler holds that); this holds what they may depend on, as
-//! `cargo tree` resolves each alone: the core and the model nothing that brings an async
-//! runtime, HTTP or Kubernetes, the API types and the pack kube's derive but no client or
-//! runtime, Git and the instruments no custom resource or Kubernetes type. So they build,
-//! and their tests run, without the rest.
+//! The crates keep to their layers. A crate cannot name one above it (the compiler holds
+//! that); this holds what each may depend on, as `cargo tree` resolves each alone: the
+//! core (`crates/core`) and the engine model (`crates/model`) nothing that brings an async
+//! runtime, HTTP or Kubernetes; the custom resources (`crates/api`) and the pack
+//! (`crates/pack`) kube's derive but no client or runtime; Git (`crates/gitops`) and the
+//! instruments (`crates/sim`, `crates/engine-metrics`) no custom resource or Kubernetes
+//! type; the load generator (`crates/loadgen`) the custom resources' types but no client;
+//! and only the operator (`crates/operator`) kube's client and runtime. So each builds, and
+//! its tests run, without the layers above it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -76,13 +76,62 @@ fn each_crate_below_the_shells_depends_only_on_what_its_layer_allows() {
         "{api:?}"
     );
     assert_eq!(found(&api, IO), [] as [&str; 0], "goodput-api");
-    // The instruments (the simulated engine served live, the engine metrics over HTTP, the
-    // load generator) do IO, but know nothing of the custom resources or Kubernetes.
-    for package in ["goodput-sim", "goodput-engine-metrics", "goodput-loadgen"] {
+    let pack = tree("goodput-pack");
+    assert!(pack.contains("plotters"), "{pack:?}");
+    assert_eq!(found(&pack, IO), [] as [&str; 0], "goodput-pack");
+    // Git and the forges edit bytes and call HTTP: no custom resource, no core.
+    let gitops = tree("goodput-gitops");
+    assert_eq!(
+        found(
+            &gitops,
+            &["goodput-core", "goodput-api", "kube", "k8s-openapi"]
+        ),
+        [] as [&str; 0],
+        "goodput-gitops"
+    );
+    // The instruments (the simulated engine served live, the engine metrics over HTTP) do
+    // IO, but know nothing of the custom resources or Kubernetes.
+    for package in ["goodput-sim", "goodput-engine-metrics"] {
         let reached = tree(package);
         assert!(reached.contains("tokio"), "{package}: {reached:?}");
         assert_eq!(
             found(&reached, &["goodput-api", "kube", "k8s-openapi"]),
+            [] as [&str; 0],
+            "{package}"
+        );
+    }
+    // The load generator reads a point file made from a spec (the API's types), but has no
+    // Kubernetes client: a loadgen pod hands its results over through the operator's crate.
+    let loadgen = tree("goodput-loadgen");
+    assert!(loadgen.contains("goodput-api"), "{loadgen:?}");
+    assert_eq!(
+        found(
+            &loadgen,
+            &["kube-client", "kube-runtime", "goodput-operator"]
+        ),
+        [] as [&str; 0],
+        "goodput-loadgen"
+    );
+    // Kubernetes' client and controller runtime are the operator's alone.
+    let operator = tree("goodput-operator");
+    assert!(operator.contains("kube-runtime"), "{operator:?}");
+    for package in [
+        "goodput-core",
+        "goodput-model",
+        "goodput-api",
+        "goodput-http",
+        "goodput-gitops",
+        "goodput-pack",
+        "goodput-sim",
+        "goodput-engine-metrics",
+        "goodput-loadgen",
+    ] {
+        let reached = tree(package);
+        assert_eq!(
+            found(
+                &reached,
+                &["kube-client", "kube-runtime", "goodput-operator"]
+            ),
             [] as [&str; 0],
             "{package}"
         );

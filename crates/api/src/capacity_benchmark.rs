@@ -509,7 +509,7 @@ pub struct ConfigMapKey {
 }
 
 fn default_manifest_key() -> String {
-    "workload-manifest.yaml".into()
+    crate::pack_files::MANIFEST.into()
 }
 
 /// The experiments of one benchmark.

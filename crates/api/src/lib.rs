@@ -5,7 +5,7 @@
 //! k8s-openapi's types only, no client. Re-exported as `goodput::api`.
 
 // The core's modules and the engine model under the names the types have always used.
-use goodput_core::{analysis, benchmark, failure, planning, workload};
+use goodput_core::{analysis, benchmark, failure, pack_files, planning, workload};
 use goodput_model as sim;
 
 mod capacity_benchmark;
@@ -13,6 +13,7 @@ pub mod conditions;
 mod failure_test;
 pub mod lint;
 mod load;
+pub mod placement;
 mod serving_plan;
 mod status;
 

@@ -92,17 +92,20 @@ pub fn cluster_failure_test(spec: &CapacityBenchmarkSpec) -> Vec<Finding> {
              run it with goodput bench",
         );
     }
+    let in_cluster: Vec<&str> = super::FaultKind::ALL
+        .into_iter()
+        .filter(|k| k.in_cluster())
+        .map(super::FaultKind::as_str)
+        .collect();
     for (i, f) in test.faults.iter().enumerate() {
-        if !matches!(
-            f.kind,
-            super::FaultKind::KillReplica | super::FaultKind::RequestCancel
-        ) {
+        if !f.kind.in_cluster() {
             out.error(
                 format!("spec.failureTest.faults[{i}].kind"),
                 format!(
                     "{} needs the simulated engine's admin API (goodput bench); in a cluster \
-                     the faults are KillReplica and RequestCancel",
-                    f.kind
+                     the faults are {}",
+                    f.kind,
+                    in_cluster.join(" and ")
                 ),
             );
         }

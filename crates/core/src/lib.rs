@@ -14,6 +14,7 @@ pub mod analysis;
 pub mod benchmark;
 pub mod engine_metrics;
 pub mod failure;
+pub mod pack_files;
 pub mod planning;
 pub mod record;
 pub mod workload;

@@ -16,6 +16,7 @@ pub mod cpu_throttle;
 pub mod drain;
 pub mod live_metrics;
 pub mod point;
+pub mod point_job;
 pub mod prompt;
 pub mod run;
 pub mod sse;

@@ -1,6 +1,8 @@
 //! One test point end to end: schedule (continued until the window and every class's sample
 //! minimum can be met), prewarm, load, engine-metrics scraping, then the files of the point:
-//! `requests.csv`, `summary.json`, `engine-metrics.json`.
+//! `requests.csv`, `summary.json`, `engine-metrics.json`. `summary.rs` assembles the
+//! summary (for one run or a sharded point's merge); `chat.rs` sizes chat prompts against
+//! the server's tokenizer.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +21,7 @@ use goodput_core::analysis::{
     AnalysisError, GateConfig, LittlesLaw, PointReport, PointSummary, QueueTrend, littles_law,
     queue_slope,
 };
+use goodput_core::pack_files;
 use goodput_core::workload::CacheMode;
 use goodput_core::workload::schedule::{
     Arrival, ScheduleError, ScheduleSpec, ScheduledRequest, build_block, schedule_hash, shard,
@@ -26,6 +29,13 @@ use goodput_core::workload::schedule::{
 use goodput_engine_metrics::findings::{EngineFindings, findings};
 use goodput_engine_metrics::scrape::scrape_loop_from;
 use goodput_engine_metrics::series::MetricsSeries;
+mod chat;
+mod summary;
+
+pub use chat::ChatSizing;
+use chat::chat_calibration;
+pub use summary::PointFacts;
+use summary::summarize;
 
 /// How a point is measured and judged, besides the load itself.
 #[derive(Clone, Debug)]
@@ -357,87 +367,6 @@ pub async fn measure_time_scaled(
     Ok(measured)
 }
 
-/// How a chat point's text prompts were sized against the server's tokenizer
-/// (`summary.json`'s `chat_sizing`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ChatSizing {
-    /// Words of the generated text per token of the server's tokenizer.
-    pub words_per_token: f64,
-    /// Tokens the chat template adds to every request (the same text tokenized as a
-    /// user message minus as a plain prompt), taken off each request's text; 0 when the
-    /// server cannot tokenize messages.
-    pub template_tokens: u32,
-    /// The tokenizer asked: `POST {target}/tokenize`, and the body key it took.
-    pub tokenizer: String,
-}
-
-/// Tokens of `body` by the server's `/tokenize`; `None` when it has none or answers
-/// nothing usable (llama.cpp answers `{"tokens": []}` to a key it does not take).
-async fn tokenize(client: &reqwest::Client, target: &str, body: serde_json::Value) -> Option<f64> {
-    let r = client
-        .post(format!("{target}/tokenize"))
-        .json(&body)
-        .send()
-        .await
-        .ok()?;
-    let v: serde_json::Value = r.error_for_status().ok()?.json().await.ok()?;
-    let count = v["count"]
-        .as_f64()
-        .or_else(|| v["tokens"].as_array().map(|t| t.len() as f64))?;
-    (count > 0.0).then_some(count)
-}
-
-/// The server's tokenizer measured on a sample text: words per token (vLLM's and SGLang's
-/// `/tokenize` take `prompt`, llama.cpp's `content`) and the chat template's own tokens
-/// (vLLM tokenizes `messages` with the template); `None` when it has no `/tokenize`.
-async fn chat_sizing(client: &reqwest::Client, target: &str, model: &str) -> Option<ChatSizing> {
-    let words = 400;
-    let text = super::prompt::prompt_text(0, 0, words, None);
-    let mut found = None;
-    for key in ["prompt", "content"] {
-        let body = serde_json::json!({"model": model, key: text});
-        if let Some(count) = tokenize(client, target, body).await {
-            found = Some((count, key));
-            break;
-        }
-    }
-    let (count, key) = found?;
-    let messages = serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": text}],
-    });
-    let template_tokens = tokenize(client, target, messages)
-        .await
-        .map_or(0, |with| (with - count).max(0.0) as u32);
-    Some(ChatSizing {
-        words_per_token: f64::from(words) / count,
-        template_tokens,
-        tokenizer: format!("POST {target}/tokenize ({key})"),
-    })
-}
-
-/// A chat point whose text prompts are sized by the estimate, with the server's tokenizer
-/// instead when it serves `/tokenize` (before any load); `None` when there is nothing to
-/// change.
-async fn chat_calibration(
-    client: &reqwest::Client,
-    config: &LoadConfig,
-) -> Option<(LoadConfig, ChatSizing)> {
-    if config.prompt_method != PromptMethod::TextEstimated {
-        return None;
-    }
-    let sizing = chat_sizing(client, &config.target, &config.model).await?;
-    Some((
-        LoadConfig {
-            text_words_per_token: Some(sizing.words_per_token),
-            chat_template_tokens: sizing.template_tokens,
-            prompt_method: PromptMethod::TextCalibrated,
-            ..config.clone()
-        },
-        sizing,
-    ))
-}
-
 /// Runs the point: schedule (continued until the window and sample rules hold), prewarm,
 /// load with scraping from the schedule's time zero (`plan.start_at_unix_s`, else at once),
 /// and continuation blocks for classes that failures left short. A shard of several
@@ -719,7 +648,7 @@ impl MeasuredPoint {
             .iter()
             .map(|c| c.name.clone())
             .collect();
-        let csv_path = out_dir.join("requests.csv");
+        let csv_path = out_dir.join(pack_files::REQUESTS_CSV);
         let file = std::fs::File::create(&csv_path)
             .map_err(|e| PointError::Write(csv_path.display().to_string(), e))?;
         write_requests_csv(
@@ -729,9 +658,9 @@ impl MeasuredPoint {
             plan.record_itl,
         )
         .map_err(|e| PointError::Write(csv_path.display().to_string(), e.into()))?;
-        write_json(&out_dir.join("summary.json"), summary)?;
+        write_json(&out_dir.join(pack_files::SUMMARY_JSON), summary)?;
         if let Some(series) = &self.series {
-            write_json(&out_dir.join("engine-metrics.json"), series)?;
+            write_json(&out_dir.join(pack_files::ENGINE_METRICS_JSON), series)?;
         }
         Ok(())
     }
@@ -795,380 +724,9 @@ pub enum PointError {
     Write(String, std::io::Error),
 }
 
-/// Queue trend over the measured window: the engine's waiting queue when scraped, else the
-/// client's in-flight count.
-fn queue_trend(
-    in_flight: &[(f64, f64)],
-    series: Option<&MetricsSeries>,
-    from_s: f64,
-    to_s: f64,
-) -> (QueueTrend, String) {
-    let inside = |v: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
-        v.into_iter()
-            .filter(|p| p.0 >= from_s && p.0 <= to_s)
-            .collect()
-    };
-    if let Some(s) = series {
-        let q = inside(s.queue_series());
-        if q.len() >= 3 {
-            let waiting = queue_slope(&q, 5.0).trend;
-            // An engine that admits every request into its running batch (vLLM with a KV
-            // cache far larger than the load needs: 57 running at twice its capacity, none
-            // waiting) keeps its waiting queue flat while the requests inside it grow.
-            let engine = inside(s.in_engine_series());
-            if waiting != QueueTrend::Growing
-                && engine.len() >= 3
-                && queue_slope(&engine, 5.0).trend == QueueTrend::Growing
-            {
-                return (
-                    QueueTrend::Growing,
-                    "requests inside the engine, running plus waiting (least-squares slope; \
-                     the waiting queue alone stayed flat)"
-                        .into(),
-                );
-            }
-            // Requests the client sent that the engine has not taken in: a front end
-            // (vLLM's API server on a starved core, its tokenizer) holds them. The queue the
-            // user sees grows though the engine's own stays flat.
-            if waiting != QueueTrend::Growing
-                && client_trend(in_flight, from_s, to_s) == QueueTrend::Growing
-            {
-                return (
-                    QueueTrend::Growing,
-                    "client in-flight requests (least-squares slope; the engine's running plus \
-                     waiting stayed flat: requests queued in front of the engine, in its HTTP \
-                     server or tokenizer)"
-                        .into(),
-                );
-            }
-            return (
-                waiting,
-                "engine waiting-queue gauge (least-squares slope)".into(),
-            );
-        }
-    }
-    (
-        client_trend(in_flight, from_s, to_s),
-        "client in-flight requests (no engine metrics)".into(),
-    )
-}
-
-/// Why a point whose engine pages were asked for has no engine evidence: a page that never
-/// answered, or most scrapes failed. A point judged without the engine's queue, KV and
-/// preemption figures it asked for is not evidence (the client's in-flight count stands in
-/// for the queue only where no page was asked for).
-fn unanswered_pages(targets: &[String], series: Option<&MetricsSeries>) -> Option<String> {
-    if targets.is_empty() {
-        return None;
-    }
-    let Some(series) = series.filter(|s| !s.samples.is_empty()) else {
-        return Some(format!(
-            "the engine's /metrics pages were never scraped ({}): the point has no engine \
-             evidence",
-            targets.join(", ")
-        ));
-    };
-    let failed = series.samples.iter().filter(|x| !x.ok).count();
-    let last_error = series
-        .samples
-        .iter()
-        .rev()
-        .filter(|x| !x.ok)
-        .find_map(|x| x.error.as_deref())
-        .unwrap_or("no reason recorded");
-    let silent: Vec<&str> = series
-        .targets
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !series.samples.iter().any(|x| x.target == *i && x.ok))
-        .map(|(_, t)| t.as_str())
-        .collect();
-    if !silent.is_empty() {
-        return Some(format!(
-            "engine page(s) {} never answered ({last_error}): the point has no engine evidence \
-             for them",
-            silent.join(", ")
-        ));
-    }
-    (failed * 2 > series.samples.len()).then(|| {
-        format!(
-            "{failed} of {} engine scrapes failed ({last_error}): the point's engine evidence \
-             is partial",
-            series.samples.len()
-        )
-    })
-}
-
-/// The queue-trend rule applied to the client's in-flight count over the window.
-fn client_trend(in_flight: &[(f64, f64)], from_s: f64, to_s: f64) -> QueueTrend {
-    let f: Vec<(f64, f64)> = in_flight
-        .iter()
-        .copied()
-        .filter(|p| p.0 >= from_s && p.0 <= to_s)
-        .collect();
-    queue_slope(&f, 5.0).trend
-}
-
-/// Everything a point's `summary.json` is assembled from besides its report: one run's
-/// facts ([`MeasuredPoint::summarize`]) or those of a point's shards merged
-/// (`goodput::loadgen::handoff::merge_shards`). One assembly for both, so a merged
-/// point is judged by the same rules as a single run.
-pub struct PointFacts<'a> {
-    /// Open or closed loop, in real-time units.
-    pub mode: LoadMode,
-    /// Cache state.
-    pub cache: CacheMode,
-    /// How prompts were made.
-    pub prompt_method: PromptMethod,
-    /// Token-id prompts: the served vocabulary and the ids drawn.
-    pub vocabulary: Option<super::vocabulary::Vocabulary>,
-    /// Chat prompts: their sizing against the server's tokenizer.
-    pub chat_sizing: Option<ChatSizing>,
-    /// A cold point: the engine's cache reset, or why not.
-    pub cache_reset: Option<super::cache_reset::CacheReset>,
-    /// What the point waited for its engines to finish before its baseline.
-    pub drain: Option<super::drain::Drain>,
-    /// Prefixes prewarmed.
-    pub prewarmed: usize,
-    /// Schedule facts.
-    pub schedule: ScheduleFacts,
-    /// Client facts over the measured requests.
-    pub client: ClientFacts,
-    /// Engine series on the point's timeline.
-    pub series: Option<&'a MetricsSeries>,
-    /// `/metrics` targets asked for.
-    pub metrics_targets: Vec<String>,
-    /// The lag bound (ms).
-    pub max_lag_ms: f64,
-    /// First and last scheduled send of the measured requests (s), if any.
-    pub span: Option<(f64, f64)>,
-    /// Successful measured requests and the sum of their end-to-end latencies (ms).
-    pub ok: (usize, f64),
-    /// Reasons found before assembly (a merge's shards), after the assembly's own.
-    pub reasons: Vec<String>,
-    /// Among them, a shard's client fell behind its schedule.
-    pub client_behind: bool,
-}
-
-impl PointFacts<'_> {
-    /// The window (s) the report's rates are taken over.
-    pub fn window_s(&self) -> f64 {
-        self.client.window_s.max(1e-3)
-    }
-
-    /// Queue trend over the measured span and where it came from.
-    pub fn queue_trend(&self) -> (QueueTrend, String) {
-        let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
-        queue_trend(&self.client.in_flight_series, self.series, from, to)
-    }
-
-    /// `summary.json` of the point whose analysis core report is `report` (computed over
-    /// [`Self::window_s`] with the trend of [`Self::queue_trend`]).
-    pub fn assemble(self, report: PointReport, source: String) -> PointSummaryFile {
-        let trend = report.queue_trend;
-        let (from, to) = self.span.unwrap_or((f64::INFINITY, 0.0));
-        let window = self.window_s();
-        let client = &self.client;
-        let closed = matches!(self.mode, LoadMode::Concurrency { .. });
-        let mut reasons = Vec::new();
-        if closed {
-            reasons.push("closed loop: a saturation experiment, never a capacity".to_owned());
-        }
-        // A client behind its schedule only ever adds delay to what it measures (latencies
-        // count from the scheduled send) and never sends more than the schedule: a point
-        // that passed despite it stands, and so does a failure the lag cannot cause (the
-        // queue grew although less arrived on time, or requests failed). Only a failure
-        // it may explain (attainment, too few samples) is not evidence.
-        let lag_explains = report.verdict != Some(goodput_core::analysis::Verdict::Pass)
-            && !report.gate_reasons.iter().any(|r| {
-                matches!(
-                    r.rule,
-                    goodput_core::analysis::GateRule::QueueTrend
-                        | goodput_core::analysis::GateRule::ErrorRate
-                )
-            });
-        let lagging = !closed && client.schedule_lag_ms.p99 > self.max_lag_ms;
-        let late_start = client.start_lateness_ms > self.max_lag_ms;
-        let mut notes = Vec::new();
-        if lagging {
-            let mut why = format!(
-                "the client fell behind its schedule: lag P99 {:.2} ms > {} ms (max {:.2} ms)",
-                client.schedule_lag_ms.p99, self.max_lag_ms, client.schedule_lag_ms.max
-            );
-            if let Some(throttled) = client.cpu_throttling.as_ref().and_then(|t| t.evidence()) {
-                why.push_str("; ");
-                why.push_str(&throttled);
-            }
-            if lag_explains {
-                reasons.push(why);
-            } else {
-                notes.push(format!("{why}; the verdict stands (lag only adds delay)"));
-            }
-        }
-        // A run off the point's shared timeline changed the arrivals themselves (its
-        // requests came later than its sibling shards'): never evidence.
-        if late_start {
-            reasons.push(format!(
-                "the run started {:.2} ms after its start instant (bound {} ms): it is off the \
-                 point's shared timeline",
-                client.start_lateness_ms, self.max_lag_ms
-            ));
-        }
-        let lagging = lagging && lag_explains;
-        if client.incomplete {
-            reasons.push("the run was stopped before its schedule ended".to_owned());
-        }
-        if client.measured == 0 {
-            reasons.push("no request was measured".to_owned());
-        }
-        if let Some(why) = unanswered_pages(&self.metrics_targets, self.series) {
-            reasons.push(why);
-        }
-        for r in self.reasons {
-            if !reasons.contains(&r) {
-                reasons.push(r);
-            }
-        }
-        let series = self.series;
-        let warm = self.cache == CacheMode::Warm;
-        let mut engine_findings = series.map(|s| findings(s, window, warm));
-        let engine_truth = series.filter(|s| s.profile.is_some()).map(|s| {
-            goodput_engine_metrics::truth::check(
-                &self.client.totals,
-                s,
-                self.prompt_method == PromptMethod::TokenIds,
-                warm,
-            )
-        });
-        if let (Some(f), Some(t)) = (engine_findings.as_mut(), engine_truth.as_ref()) {
-            f.flags.extend(t.flags.iter().cloned());
-        }
-        // Cross-check: an engine queue that grows while the client's in-flight count stays
-        // flat counts requests the client did not send (lost telemetry, retries, other
-        // traffic): the boundaries disagree. The reverse, a queue in front of the engine, is
-        // growth ([`queue_trend`]).
-        if let Some(f) = engine_findings.as_mut()
-            && source.starts_with("engine")
-        {
-            let client_says = client_trend(&client.in_flight_series, from, to);
-            if client_says != trend {
-                f.flags.push(format!(
-                    "queue trend {trend} from the engine's waiting queue, but {client_says} from \
-                     the client's in-flight count: client and engine boundaries disagree"
-                ));
-            }
-        }
-        let law = {
-            let inside: Vec<f64> = client
-                .in_flight_series
-                .iter()
-                .filter(|p| p.0 >= from && p.0 <= to)
-                .map(|p| p.1)
-                .collect();
-            let (ok, e2e_sum_ms) = self.ok;
-            let mean_e2e_s = e2e_sum_ms / ok.max(1) as f64 / 1e3;
-            let mean_in_flight = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
-            (!inside.is_empty() && ok > 0)
-                .then(|| littles_law(mean_in_flight, ok as f64 / window, mean_e2e_s))
-                .flatten()
-        };
-        let offered = match self.mode {
-            LoadMode::Rate { rate } => Some(rate),
-            LoadMode::Concurrency { .. } => None,
-        };
-        PointSummaryFile {
-            experiment: if closed {
-                "saturation_experiment"
-            } else {
-                "rate_sweep_point"
-            }
-            .to_owned(),
-            mode: self.mode,
-            offered_rps: offered,
-            achieved_send_rps: client.measured as f64 / window,
-            cache: self.cache,
-            prompt_method: self.prompt_method,
-            vocabulary: self.vocabulary,
-            chat_sizing: self.chat_sizing,
-            cache_reset: self.cache_reset,
-            drain: self.drain,
-            prewarmed_prefixes: self.prewarmed,
-            schedule: self.schedule,
-            validity: Validity {
-                valid: reasons.is_empty(),
-                reasons,
-                client_behind: lagging || late_start || self.client_behind,
-                notes,
-            },
-            queue_trend_source: source,
-            report,
-            engine_metrics: EngineFacts {
-                targets: self.metrics_targets,
-                samples: series.map_or(0, |s| s.samples.len()),
-                failed: series.map_or(0, |s| s.samples.iter().filter(|x| !x.ok).count()),
-            },
-            engine_findings,
-            littles_law: law,
-            client: self.client,
-            engine_truth,
-        }
-    }
-}
-
-fn summarize(
-    config: &LoadConfig,
-    plan: &PointPlan,
-    point: &MeasuredPoint,
-) -> Result<PointSummaryFile, PointError> {
-    let run = &point.run;
-    let series = point.series.as_ref();
-    let mut summary = PointSummary::new(plan.gate.clone());
-    let (mut ok, mut e2e_sum_ms) = (0, 0.0);
-    for r in &run.records {
-        if r.ok() {
-            summary.record_success(r.class, &r.success());
-            ok += 1;
-            e2e_sum_ms += r.e2e_ms;
-        } else {
-            summary.record_failure(r.class, r.status);
-        }
-    }
-    let span = run
-        .records
-        .iter()
-        .map(|r| r.scheduled_s)
-        .fold(None, |acc, t| {
-            Some(acc.map_or((t, t), |(lo, hi): (f64, f64)| (lo.min(t), hi.max(t))))
-        });
-    let facts = PointFacts {
-        mode: config.mode,
-        cache: config.cache,
-        prompt_method: point.prompt_method,
-        vocabulary: point.vocabulary.clone(),
-        chat_sizing: point.chat_sizing.clone(),
-        cache_reset: point.cache_reset.clone(),
-        drain: point.drain.clone(),
-        prewarmed: point.prewarmed,
-        schedule: point.schedule.clone(),
-        client: run.client.clone(),
-        series,
-        metrics_targets: plan.metrics_targets.clone(),
-        max_lag_ms: plan.max_lag_ms,
-        span,
-        ok: (ok, e2e_sum_ms),
-        reasons: Vec::new(),
-        client_behind: false,
-    };
-    let (trend, source) = facts.queue_trend();
-    let mut report = summary.finish(facts.window_s(), trend)?;
-    if let Some(stop) = &run.client.early_stop {
-        stop.settle(&mut report);
-    }
-    Ok(facts.assemble(report, source))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::summary::{queue_trend, unanswered_pages};
     use super::*;
     use crate::Timeouts;
     use goodput_core::workload::schedule::{ScheduleClass, TraceEntry};

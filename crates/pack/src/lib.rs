@@ -9,7 +9,9 @@
 // The core's modules and the custom resources under the names the renderers have always
 // used (`bench` is the core's benchmark: its result, sweep and fidelity records).
 use goodput_api as api;
-use goodput_core::{analysis, benchmark as bench, engine_metrics, failure, planning, workload};
+use goodput_core::{
+    analysis, benchmark as bench, engine_metrics, failure, pack_files, planning, workload,
+};
 
 pub(crate) mod figures;
 mod markdown;
@@ -30,12 +32,12 @@ use crate::bench::result::BenchResult;
 /// Writes `sweep.md` and `plan.md` into `dir`, and the plots into `dir/plots/`.
 pub fn write_reports(dir: &Path, result: &BenchResult) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
-    fs::write(dir.join("sweep.md"), sweep_markdown(result))?;
-    fs::write(dir.join("plan.md"), plan_markdown(result))?;
-    write_plots(&dir.join("plots"), result)?;
+    fs::write(dir.join(pack_files::SWEEP_MD), sweep_markdown(result))?;
+    fs::write(dir.join(pack_files::PLAN_MD), plan_markdown(result))?;
+    write_plots(&dir.join(pack_files::PLOTS), result)?;
     if !result.failure_tests.is_empty() {
         fs::write(
-            dir.join("failure-test.md"),
+            dir.join(pack_files::FAILURE_TEST_MD),
             crate::failure::report::render(&result.failure_tests),
         )?;
     }

@@ -14,6 +14,7 @@ use super::figures::mode_name;
 use super::rows::{point_rows, rate_groups};
 use crate::analysis::{ClassReport, ClassSlo, GateConfig, mean};
 use crate::bench::result::{BenchResult, ModeResult, PointResult};
+use crate::pack_files;
 
 /// Size of every plot in pixels.
 const SIZE: (u32, u32) = (960, 600);
@@ -25,11 +26,17 @@ const SIZE: (u32, u32) = (960, 600);
 pub fn write_plots(dir: &Path, result: &BenchResult) -> io::Result<Vec<PathBuf>> {
     fs::create_dir_all(dir)?;
     let charts = [
-        ("throughput.svg", throughput_chart(result)),
-        ("goodput.svg", goodput_chart(result)),
-        ("attainment.svg", attainment_chart(result)),
-        ("ttft_p95.svg", latency_chart(result, Latency::Ttft)),
-        ("tpot_p95.svg", latency_chart(result, Latency::Tpot)),
+        (pack_files::THROUGHPUT_SVG, throughput_chart(result)),
+        (pack_files::GOODPUT_SVG, goodput_chart(result)),
+        (pack_files::ATTAINMENT_SVG, attainment_chart(result)),
+        (
+            pack_files::TTFT_P95_SVG,
+            latency_chart(result, Latency::Ttft),
+        ),
+        (
+            pack_files::TPOT_P95_SVG,
+            latency_chart(result, Latency::Tpot),
+        ),
     ];
     let mut written = Vec::with_capacity(charts.len());
     for (file, chart) in charts {

@@ -48,6 +48,26 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in the order the CRD lists them.
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::KillReplica,
+        FaultKind::ColdStart,
+        FaultKind::KvCapacity,
+        FaultKind::DegradedLink,
+        FaultKind::RequestCancel,
+    ];
+
+    /// Whether the operator can inject it in a cluster (it deletes a pod of the target's
+    /// Service, or has the load's clients cancel); the others need the simulated engine's
+    /// admin API, so only `goodput bench` runs them. The one place the cluster's set is
+    /// written: the lint and the operator both ask here.
+    pub fn in_cluster(self) -> bool {
+        match self {
+            FaultKind::KillReplica | FaultKind::RequestCancel => true,
+            FaultKind::ColdStart | FaultKind::KvCapacity | FaultKind::DegradedLink => false,
+        }
+    }
+
     /// The name in reports and folders.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -34,11 +34,13 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::{Deserialize, Serialize};
 
-use super::point::{MeasuredPoint, PointFacts, PointPlan, PointSummaryFile, ScheduleFacts};
-use super::record::write_requests_csv;
-use super::run::{ClientFacts, ErrorCount, LagFigures, LoadMode, open_loop_window_s};
-use crate::analysis::{AnalyzeError, CsvError, GateConfig, PointReport, analyze_requests};
-use crate::engine_metrics::series::MetricsSeries;
+use goodput_core::analysis::{AnalyzeError, CsvError, GateConfig, PointReport, analyze_requests};
+use goodput_core::record::write_requests_csv;
+use goodput_engine_metrics::series::MetricsSeries;
+use goodput_loadgen::point::{
+    MeasuredPoint, PointFacts, PointPlan, PointSummaryFile, ScheduleFacts,
+};
+use goodput_loadgen::run::{ClientFacts, ErrorCount, LagFigures, LoadMode, open_loop_window_s};
 
 /// Version of the ConfigMap layout; a reader refuses any other.
 pub const FORMAT: u32 = 1;

@@ -7,8 +7,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::api::{CapacityBenchmarkSpec, conditions::reason as reasons};
-use crate::workload::WorkloadManifest;
+use goodput_api::{CapacityBenchmarkSpec, conditions::reason as reasons};
+use goodput_core::workload::WorkloadManifest;
 
 /// Where the points send their requests.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,8 +33,8 @@ pub struct ResolvedTarget {
 
 impl ResolvedTarget {
     /// Where a point file sends its load.
-    pub fn point_target(&self) -> crate::bench::point_job::PointTarget {
-        crate::bench::point_job::PointTarget {
+    pub fn point_target(&self) -> goodput_loadgen::point_job::PointTarget {
+        goodput_loadgen::point_job::PointTarget {
             url: self.url.clone(),
             model: self.model.clone(),
             metrics_targets: self.metrics_targets.clone(),

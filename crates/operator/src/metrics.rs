@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api::CapacityBenchmark;
+use goodput_api::CapacityBenchmark;
 
 /// The operator's metrics, cheap to clone.
 #[derive(Clone)]

@@ -6,7 +6,7 @@
 //! fault is due, the pod deleted and what the operator saw of the target Service's
 //! EndpointSlices since; every reconcile reads the Job and the slices afresh. Once the
 //! Job completes, its shards' records and engine series go through the same analysis as
-//! `goodput bench`'s ([`crate::failure::analyze`], with the shipped alert rules
+//! `goodput bench`'s ([`goodput_core::failure::analyze`], with the shipped alert rules
 //! evaluated over the run), and the report joins `status.failureTest.reports`.
 //!
 //! In a cluster the fault is `KillReplica`: the chosen ready pod of the Service is deleted
@@ -25,14 +25,16 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 
 use super::{Error, Run, build};
-use crate::api::conditions::{Status as Cond, reason as reasons};
-use crate::api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, conditions};
-use crate::bench::driver::{self, PointKey, SweepPlan};
-use crate::bench::point_job::{FailureLoad, PointJob};
-use crate::controller::target::ResolvedTarget;
-use crate::failure::{EngineFacts, FailureReport, FailureVerdict, Observed, Signals, analyze};
-use crate::loadgen::record::{RequestRecord, read_records};
-use crate::workload::WorkloadManifest;
+use crate::target::ResolvedTarget;
+use goodput_api::conditions::{Status as Cond, reason as reasons};
+use goodput_api::{CurrentFault, FailureTest, FailureTestStatus, FaultKind, conditions};
+use goodput_core::benchmark::driver::{self, PointKey, SweepPlan};
+use goodput_core::failure::{
+    EngineFacts, FailureReport, FailureVerdict, Observed, Signals, analyze,
+};
+use goodput_core::workload::WorkloadManifest;
+use goodput_loadgen::point_job::{FailureLoad, PointJob};
+use goodput_loadgen::record::{RequestRecord, read_records};
 
 /// How often the target's EndpointSlices are read once the fault is in (wall clock).
 pub(crate) const WATCH_POLL: Duration = Duration::from_millis(200);
@@ -284,7 +286,7 @@ impl Run<'_> {
             .collect();
         let cache = driver::plan_cache_mode(spec.peak.as_ref(), &capacities)
             .or_else(|| plan.cache_modes.first().copied())
-            .unwrap_or(crate::api::CacheMode::Cold);
+            .unwrap_or(goodput_api::CacheMode::Cold);
         let key = PointKey::Rate {
             cache,
             rate,
@@ -299,7 +301,7 @@ impl Run<'_> {
             manifest: manifest.clone(),
             target: target.point_target(),
             // Prompts of their own: the sweep's never reach these engines' caches.
-            nonce: crate::workload::hashing::fnv1a(
+            nonce: goodput_core::workload::hashing::fnv1a(
                 u64::from(index) + 1,
                 format!("{uid}/failure").as_bytes(),
             ),
@@ -347,7 +349,7 @@ impl Run<'_> {
             reasons::FAILURE_TEST,
             message.clone(),
         );
-        self.status.phase = Some(crate::api::Phase::Running);
+        self.status.phase = Some(goodput_api::Phase::Running);
         self.event(EventType::Normal, reasons::FAILURE_TEST, &message)
             .await;
         Ok(CurrentFault {
@@ -382,7 +384,7 @@ impl Run<'_> {
     async fn inject(
         &self,
         current: &mut CurrentFault,
-        fault: &crate::api::Fault,
+        fault: &goodput_api::Fault,
     ) -> Result<Result<(), String>, Error> {
         match fault.kind {
             FaultKind::KillReplica => {}
@@ -402,7 +404,7 @@ impl Run<'_> {
                 .await;
                 return Ok(Ok(()));
             }
-            _ => {
+            FaultKind::ColdStart | FaultKind::KvCapacity | FaultKind::DegradedLink => {
                 return Ok(Err(format!(
                     "{} cannot be injected in a cluster; run it with goodput bench",
                     fault.kind
@@ -468,7 +470,7 @@ impl Run<'_> {
     async fn failure_report(
         &self,
         test: &FailureTest,
-        fault: &crate::api::Fault,
+        fault: &goodput_api::Fault,
         current: &CurrentFault,
         job: &Job,
         manifest: &WorkloadManifest,
@@ -511,7 +513,7 @@ impl Run<'_> {
         let signals = Signals {
             readiness_failed_s: current.readiness_failed_unix_ms.map(model),
             metrics_gone_s: victim_target
-                .and_then(|i| crate::failure::metrics_gone(series, i, injected_s)),
+                .and_then(|i| goodput_core::failure::metrics_gone(series, i, injected_s)),
             endpoint_removed_s: current.endpoint_removed_unix_ms.map(model),
             routed_after_removal: None,
             serving_again_s: current.serving_again_unix_ms.map(model),
@@ -522,7 +524,8 @@ impl Run<'_> {
         };
         let end_s = records.iter().map(|r| r.ended_s).fold(injected_s, f64::max);
         let gate = manifest.gate_config();
-        let alerts = crate::alerts::fired(series, &records, end_s, &gate).unwrap_or_default();
+        let alerts =
+            goodput_core::alerts::fired(series, &records, end_s, &gate).unwrap_or_default();
         let report = analyze(&Observed {
             kind: fault.kind,
             replica: match &current.victim {
@@ -549,12 +552,15 @@ impl Run<'_> {
         let maps: Api<ConfigMap> = self.api();
         let point_map = build::point_config_map_name(&current.job);
         let json = serde_json::to_string_pretty(&report).map_err(Error::Encode)?;
-        let md = crate::failure::report::render(std::slice::from_ref(&report));
+        let md = goodput_core::failure::report::render(std::slice::from_ref(&report));
         maps.patch(
             &point_map,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({
-                "data": {"failure-test.json": json, "failure-test.md": md}
+                "data": {
+                    goodput_core::pack_files::FAILURE_TEST_JSON: json,
+                    goodput_core::pack_files::FAILURE_TEST_MD: md
+                }
             })),
         )
         .await

@@ -1,15 +1,17 @@
 //! Model-guided placement: what the engine model expects of the deployment under test,
 //! computed once before the sweep, so that the driver can calibrate it to the measured
-//! saturation and place the first rates around the capacity it then predicts.
+//! saturation and place the first rates around the capacity it then predicts. Like
+//! [`CapacityBenchmarkSpec::sweep_plan`], what a spec resolves to for the driver (pure: both
+//! shells call it; re-exported as `goodput::bench::model`).
 
-use crate::api::{CacheMode, CapacityBenchmarkSpec};
 use crate::sim::Setup;
 use crate::sim::fleet_model::{fleet_capacity, fleet_closed_loop_rps};
 use crate::sim::offline::WorkloadSpec;
 use crate::workload::WorkloadManifest;
 use crate::workload::schedule::{ScheduleError, SharedPrefix};
+use crate::{CacheMode, CapacityBenchmarkSpec};
 
-pub use super::driver::ModelPrior;
+pub use crate::benchmark::driver::ModelPrior;
 
 /// How the model's prediction is calibrated and used (stated in every report).
 pub const PLACEMENT_RULE: &str = "model-guided placement: before the sweep, the engine model \

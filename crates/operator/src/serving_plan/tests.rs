@@ -1,7 +1,10 @@
 //! Unit tests of `serving_plan`.
 
+use super::revalidation::{
+    PlanBounds, VerificationInputs, verification_benchmark, verification_outcome,
+};
 use super::*;
-use crate::api::{ModeCapacity, ServingPlanSpec};
+use goodput_api::{ModeCapacity, ServingPlanSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 fn at(second: i64) -> Timestamp {
@@ -136,7 +139,7 @@ fn plan() -> ServingPlan {
 fn the_revalidation_benchmark_tries_the_peak_the_linear_expectation_and_below() {
     let mut evidence = benchmark_capacity(&benchmark(), None, at(2_000), None).unwrap();
     evidence.benchmark = Some(benchmark());
-    evidence.manifest = Some(crate::workload::seed_manifest());
+    evidence.manifest = Some(goodput_core::workload::seed_manifest());
     let declared = workload::declared_identity(&json!({"metadata": {"annotations": {
             workload::ENGINE_VERSION: "v9.9.9", workload::TP: "4"}}}));
     let inputs = VerificationInputs {
@@ -148,7 +151,7 @@ fn the_revalidation_benchmark_tries_the_peak_the_linear_expectation_and_below() 
     let cb = verification_benchmark(&plan(), &evidence, inputs).unwrap();
     // Its manifest describes what it measures: the declared version and TP, 8 replicas.
     let m = cb.spec.workload.manifest.as_ref().unwrap();
-    let seed = crate::workload::seed_manifest();
+    let seed = goodput_core::workload::seed_manifest();
     assert_eq!(m.engine.version, "9.9.9");
     assert_eq!((m.engine.placement.tp, m.engine.placement.replicas), (4, 8));
     assert_eq!(m.engine.placement.gpus, 4 * seed.engine.placement.pp * 8);

@@ -37,7 +37,7 @@ acceptance:
 "#;
 
 fn manifest() -> WorkloadManifest {
-    crate::workload::parse_manifest(MANIFEST, Path::new("test manifest"))
+    goodput_core::workload::parse_manifest(MANIFEST, Path::new("test manifest"))
         .expect("the test manifest is valid")
         .manifest
 }

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
-use crate::analysis::{ClassSlo, QueueTrend};
-use crate::loadgen::point::PointPlan;
-use crate::loadgen::prompt::PromptMethod;
-use crate::loadgen::record::RequestRecord;
-use crate::loadgen::run::{LoadConfig, PointRun};
-use crate::loadgen::{Api, Timeouts};
-use crate::workload::CacheMode;
-use crate::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
+use goodput_core::analysis::{ClassSlo, QueueTrend};
+use goodput_core::workload::CacheMode;
+use goodput_core::workload::schedule::{Arrival, ScheduleClass, ScheduleSpec};
+use goodput_loadgen::point::PointPlan;
+use goodput_loadgen::prompt::PromptMethod;
+use goodput_loadgen::record::RequestRecord;
+use goodput_loadgen::run::{LoadConfig, PointRun};
+use goodput_loadgen::{Api, Timeouts};
 
 const RATE: f64 = 16.0;
 const REQUESTS: u64 = 400;
@@ -49,7 +49,7 @@ fn config() -> LoadConfig {
         min_tokens: false,
         temperature: None,
         text_words_per_token: None,
-        token_ids: crate::loadgen::prompt::TokenRange::DEFAULT,
+        token_ids: goodput_loadgen::prompt::TokenRange::DEFAULT,
         chat_template_tokens: 0,
         close_connections: false,
         prompt_method: PromptMethod::TokenIds,
@@ -283,7 +283,7 @@ fn four_shards_through_config_maps_merge_to_the_whole_point() {
 
 #[test]
 fn the_shards_cpu_throttling_adds_up() {
-    use crate::loadgen::cpu_throttle::CpuThrottling;
+    use goodput_loadgen::cpu_throttle::CpuThrottling;
     let mut shards: Vec<ShardResult> = (0..3).map(|i| shard_result(i, 3)).collect();
     let throttled = CpuThrottling {
         periods: 100,
@@ -519,7 +519,7 @@ fn a_result_for_another_shard_is_refused() {
 #[test]
 fn an_invalid_or_late_shard_makes_the_point_invalid_and_shifts_its_timeline() {
     let mut shards: Vec<ShardResult> = (0..4).map(|i| shard_result(i, 4)).collect();
-    shards[2].summary.validity = super::super::point::Validity {
+    shards[2].summary.validity = goodput_loadgen::point::Validity {
         valid: false,
         reasons: vec!["the run was stopped before its schedule ended".into()],
         client_behind: false,

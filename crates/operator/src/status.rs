@@ -2,12 +2,12 @@
 //! the status, and the benchmark's conclusion. The same driver and planning core as
 //! `goodput bench`; only the storage differs (status and ConfigMaps instead of memory).
 
-use crate::analysis::PointReport;
-use crate::api::{CacheMode, FinishedPoint, PointClass, PointKind};
-use crate::bench::driver::{self, Outcome, PointKey, RateOutcome, Recorded};
-use crate::loadgen::point::Validity;
-use crate::planning::assess;
-use crate::workload::WorkloadManifest;
+use goodput_api::{CacheMode, FinishedPoint, PointClass, PointKind};
+use goodput_core::analysis::PointReport;
+use goodput_core::benchmark::driver::{self, Outcome, PointKey, RateOutcome, Recorded};
+use goodput_core::planning::assess;
+use goodput_core::workload::WorkloadManifest;
+use goodput_loadgen::point::Validity;
 
 /// What a point held, for its cost (real-time equivalents).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -22,7 +22,7 @@ pub struct Held {
 
 impl Held {
     /// What a load generator's client facts say the point held.
-    pub fn of(client: &crate::loadgen::run::ClientFacts) -> Held {
+    pub fn of(client: &goodput_loadgen::run::ClientFacts) -> Held {
         Held {
             busy_seconds: client.busy_s,
             requests_sent: client.sent,
@@ -50,9 +50,9 @@ pub fn finished_point(
         PointKey::Saturation { .. } => FinishedPoint::FAIL,
         PointKey::Rate { .. } if !valid => FinishedPoint::INVALID,
         PointKey::Rate { .. } => match assessment.verdict {
-            crate::analysis::Verdict::Pass => FinishedPoint::PASS,
-            crate::analysis::Verdict::Fail => FinishedPoint::FAIL,
-            crate::analysis::Verdict::Exploratory => FinishedPoint::EXPLORATORY,
+            goodput_core::analysis::Verdict::Pass => FinishedPoint::PASS,
+            goodput_core::analysis::Verdict::Fail => FinishedPoint::FAIL,
+            goodput_core::analysis::Verdict::Exploratory => FinishedPoint::EXPLORATORY,
         },
     };
     let mut reasons: Vec<String> = validity.reasons.clone();
@@ -130,18 +130,18 @@ pub fn invalid_point(key: PointKey, reason: String) -> FinishedPoint {
 pub fn cost<'a>(
     points: impl IntoIterator<Item = &'a FinishedPoint>,
     gpus: u32,
-) -> crate::planning::cost::Cost {
+) -> goodput_core::planning::cost::Cost {
     let each: Vec<_> = points
         .into_iter()
         .filter_map(|p| {
-            Some(crate::planning::cost::Cost::of(
+            Some(goodput_core::planning::cost::Cost::of(
                 p.busy_seconds?,
                 gpus,
                 p.requests_sent.unwrap_or(0),
             ))
         })
         .collect();
-    crate::planning::cost::Cost::sum(&each)
+    goodput_core::planning::cost::Cost::sum(&each)
 }
 
 /// What early stopping saved on `gpus` accelerators: the schedule time its stopped points
@@ -149,7 +149,7 @@ pub fn cost<'a>(
 pub fn early_stop_saved_gpu_minutes(points: &[FinishedPoint], gpus: u32) -> Option<f64> {
     let unsent: Vec<f64> = points.iter().filter_map(|p| p.unsent_seconds).collect();
     (!unsent.is_empty())
-        .then(|| crate::planning::cost::Cost::of(unsent.iter().sum(), gpus, 0).gpu_minutes)
+        .then(|| goodput_core::planning::cost::Cost::of(unsent.iter().sum(), gpus, 0).gpu_minutes)
 }
 
 /// The status fields naming a point: kind, concurrency, offered rate, repeat.

@@ -34,16 +34,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::driver::PointKey;
-use crate::api::{CacheMode, CapacityBenchmarkSpec, FailureTest, Fault, TargetApi};
-use crate::failure::FaultKind;
-use crate::loadgen::point::PointPlan;
-use crate::loadgen::prompt::PromptMethod;
-use crate::loadgen::run::{LoadConfig, LoadMode};
-use crate::record::CancelPlan;
-use crate::workload::WorkloadManifest;
-use crate::workload::hashing::{fnv1a, mix64};
-use crate::workload::schedule::{ScheduleSpec, SharedPrefix};
+use crate::point::PointPlan;
+use crate::prompt::PromptMethod;
+use crate::run::{LoadConfig, LoadMode};
+use goodput_api::{CacheMode, CapacityBenchmarkSpec, FailureTest, Fault, TargetApi};
+use goodput_core::benchmark::driver::PointKey;
+use goodput_core::failure::FaultKind;
+use goodput_core::record::CancelPlan;
+use goodput_core::workload::WorkloadManifest;
+use goodput_core::workload::hashing::{fnv1a, mix64};
+use goodput_core::workload::schedule::{ScheduleSpec, SharedPrefix};
 
 /// Everything a loadgen pod needs to run one point (the point file).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -177,7 +177,7 @@ pub fn point_dir(key: PointKey, repeats: u32) -> String {
         } => format!(
             "{}/rate-{}rps{}",
             cache.as_str(),
-            crate::analysis::rate_label(rate),
+            goodput_core::analysis::rate_label(rate),
             // A retry of a point that was not evidence is repeat `repeats` or more.
             if repeats > 1 || repeat >= repeats {
                 format!("-r{repeat}")
@@ -250,7 +250,7 @@ pub fn point_load(
             duration_s: ex
                 .saturation
                 .as_ref()
-                .map_or(crate::api::Saturation::default().duration_seconds, |s| {
+                .map_or(goodput_api::Saturation::default().duration_seconds, |s| {
                     s.duration_seconds
                 })
                 + m.client.warmup_seconds,
@@ -283,15 +283,15 @@ pub fn point_load(
     };
     config.close_connections = connection_per_request(&spec.target, target);
     if ex.early_stop && matches!(key, PointKey::Rate { .. }) {
-        config.early_stop = Some(crate::loadgen::run::EarlyStopConfig {
+        config.early_stop = Some(crate::run::EarlyStopConfig {
             gate: m.gate_config(),
             latency_scale: 1.0,
         });
     }
     if spec.target.api == TargetApi::Chat {
-        config.api = crate::loadgen::Api::Chat;
+        config.api = crate::Api::Chat;
         // Calibrated against the server's tokenizer when the point starts.
-        config.text_words_per_token = Some(crate::loadgen::prompt::ESTIMATED_WORDS_PER_TOKEN);
+        config.text_words_per_token = Some(crate::prompt::ESTIMATED_WORDS_PER_TOKEN);
         config.prompt_method = PromptMethod::TextEstimated;
     }
     let plan = PointPlan {
@@ -313,7 +313,7 @@ pub fn point_load(
 /// production traffic spread like new connections do. A time-scaled simulated engine keeps
 /// its connections: it runs K times the rate, where a connection per request would cost
 /// the client more than the imbalance costs the measurement.
-pub fn connection_per_request(spec: &crate::api::Target, target: &PointTarget) -> bool {
+pub fn connection_per_request(spec: &goodput_api::Target, target: &PointTarget) -> bool {
     let several = target.metrics_targets.len() > 1 || spec.replicas.is_some_and(|r| r > 1);
     !spec.is_simulated() && target.time_scale == 1.0 && several
 }
@@ -333,8 +333,8 @@ mod tests {
             discover_metrics: false,
             time_scale,
         };
-        let service = crate::api::Target {
-            service: Some(crate::api::ServiceTarget {
+        let service = goodput_api::Target {
+            service: Some(goodput_api::ServiceTarget {
                 name: "vllm".into(),
                 port: 8000,
                 namespace: None,
@@ -344,12 +344,12 @@ mod tests {
         assert!(connection_per_request(&service, &target(2, 1.0)));
         assert!(!connection_per_request(&service, &target(1, 1.0)));
         assert!(!connection_per_request(&service, &target(2, 5.0)));
-        let declared = crate::api::Target {
+        let declared = goodput_api::Target {
             replicas: Some(3),
             ..service.clone()
         };
         assert!(connection_per_request(&declared, &target(0, 1.0)));
-        let simulated = crate::api::Target::default();
+        let simulated = goodput_api::Target::default();
         assert!(!connection_per_request(&simulated, &target(4, 1.0)));
     }
 

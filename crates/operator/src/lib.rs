@@ -12,12 +12,21 @@
 //! - [`lease`]: leader election on a `coordination.k8s.io` Lease.
 //! - [`serving_plan`]: the `ServingPlan` controller: proposal, apply, revalidation.
 //! - [`workload`]: what a workload declares it runs (annotations, engine arguments).
+//! - [`handoff`], [`publish`], [`bucket`]: how a loadgen pod hands its point's results to
+//!   the operator (a ConfigMap's layout and the shards' merge, its publication, the
+//!   results bucket).
+//!
+//! Re-exported as `goodput::controller` (the hand-off as `goodput::loadgen::{handoff,
+//! publish, bucket}`). The only crate of the workspace with kube's client and runtime.
 
 pub mod benchmark;
+pub mod bucket;
 pub mod build;
+pub mod handoff;
 pub mod lease;
 pub mod metrics;
 pub mod pods;
+pub mod publish;
 pub mod pull_request;
 pub mod serving_plan;
 pub mod status;
@@ -39,8 +48,59 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument as _, info, info_span, warn};
 
-use crate::api::{CapacityBenchmark, Phase, ServingPlan};
-use crate::bench::model::ModelPrior;
+use goodput_api::placement::ModelPrior;
+use goodput_api::{CapacityBenchmark, Phase, ServingPlan};
+
+/// Why the operator could not reach the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No kubeconfig was given and the process runs outside a cluster.
+    #[error("no kubeconfig and no in-cluster configuration")]
+    NoConfig(#[source] kube::Error),
+    /// The kubeconfig file could not be read or parsed.
+    #[error("reading {path}")]
+    Read {
+        /// The kubeconfig's path.
+        path: String,
+        /// What went wrong.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig's current context could not be used.
+    #[error("using {path}")]
+    Use {
+        /// The kubeconfig's path.
+        path: String,
+        /// What went wrong.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The client could not be built from the configuration.
+    #[error("building the API client")]
+    Build(#[source] kube::Error),
+}
+
+/// A client of the API server: from `kubeconfig`'s current context, or without one as kube
+/// infers it (`KUBECONFIG`, `~/.kube/config`, then the in-cluster service account).
+pub async fn connect(kubeconfig: Option<&std::path::Path>) -> Result<Client, ConnectError> {
+    let Some(path) = kubeconfig else {
+        return Client::try_default().await.map_err(ConnectError::NoConfig);
+    };
+    let shown = || path.display().to_string();
+    let config =
+        kube::config::Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
+            path: shown(),
+            source,
+        })?;
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|source| ConnectError::Use {
+                path: shown(),
+                source,
+            })?;
+    Client::try_from(config).map_err(ConnectError::Build)
+}
 
 /// The field manager of every write, and the Events' reporting controller.
 pub const FIELD_MANAGER: &str = "goodput-operator";
@@ -368,7 +428,7 @@ pub async fn run(
         model_priors: Mutex::default(),
     });
     // A cluster with only the CapacityBenchmark CRD still benchmarks; plans need theirs.
-    let plan_kind = kube::api::GroupVersionKind::gvk(crate::api::GROUP, "v1alpha1", "ServingPlan");
+    let plan_kind = kube::api::GroupVersionKind::gvk(goodput_api::GROUP, "v1alpha1", "ServingPlan");
     let plans_served = kube::discovery::pinned_kind(&context.client, &plan_kind)
         .await
         .is_ok();

@@ -21,8 +21,8 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::{LoadgenSettings, ResultsBucket, SimulatedTarget};
-use crate::workload::hashing::fnv1a;
+use goodput_api::{LoadgenSettings, ResultsBucket, SimulatedTarget};
+use goodput_core::workload::hashing::fnv1a;
 
 /// Labels every owned object carries.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -869,7 +869,7 @@ mod tests {
             preset: "qwen2.5-7b-h100".into(),
             overrides: BTreeMap::from([("prefix_caching".into(), serde_json::json!(true))]),
             replicas: 2,
-            time_scale: crate::api::TimeScale::Fixed(25.0),
+            time_scale: goodput_api::TimeScale::Fixed(25.0),
             stream_interval: 16,
         };
         let (deployment, service) =

@@ -18,7 +18,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 
-use crate::api::split_s3_url;
+use goodput_api::split_s3_url;
 
 /// Longest a single upload keeps retrying transient failures (connection errors, 5xx).
 const RETRY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -218,7 +218,11 @@ mod tests {
         let b = ShardBucket::new("s3://results/runs/x/", None, Some("eu-west-1"), false)
             .expect("a well-formed URL configures");
         assert_eq!(
-            b.object_url(&b.prefix.clone().join("summary.json")),
+            b.object_url(
+                &b.prefix
+                    .clone()
+                    .join(goodput_core::pack_files::SUMMARY_JSON)
+            ),
             "s3://results/runs/x/summary.json"
         );
     }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::workload::WorkloadManifest;
+use goodput_core::workload::WorkloadManifest;
 
 /// Annotation: the model id the workload serves.
 pub const MODEL: &str = "goodput.dev/model";

@@ -15,19 +15,19 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Client};
 
-use crate::analysis::GateConfig;
-use crate::api::conditions::plan::reason;
-use crate::api::{
+use goodput_api::conditions::plan::reason;
+use goodput_api::{
     FinishedPoint, ForgeName, GitOps, PlanEvidence, PullRequestStatus, ScaleTargetRef,
 };
-use crate::gitops::edit::{self, EditTarget};
-use crate::gitops::forge::{
+use goodput_core::analysis::GateConfig;
+use goodput_core::workload::hashing::fnv1a;
+use goodput_gitops::edit::{self, EditTarget};
+use goodput_gitops::forge::{
     self, AnyForge, Forge, ForgeAuth, ForgeKind, NewPullRequest, PrState, PullRequest,
     RepoCoordinates,
 };
-use crate::gitops::git::{Author, Checkout, GitAuth, Signing};
-use crate::pack::proposal::{self, Proposal};
-use crate::workload::hashing::fnv1a;
+use goodput_gitops::git::{Author, Checkout, GitAuth, Signing};
+use goodput_pack::proposal::{self, Proposal};
 
 /// What a plan proposes, as the pull request tells it.
 pub struct Inputs<'a> {
@@ -110,8 +110,8 @@ impl From<edit::EditError> for Failure {
     }
 }
 
-impl From<crate::gitops::git::GitError> for Failure {
-    fn from(e: crate::gitops::git::GitError) -> Self {
+impl From<goodput_gitops::git::GitError> for Failure {
+    fn from(e: goodput_gitops::git::GitError) -> Self {
         let retryable = e.retryable();
         Failure::new(e.reason(), e.to_string(), retryable)
     }
@@ -576,7 +576,7 @@ pub async fn sync(
             .map_err(|e| keep(e.into(), &status))?;
         match checkout.push(&branch, lease.as_deref()).await {
             Ok(()) => status.last_pushed_commit = Some(sha),
-            Err(crate::gitops::git::GitError::LeaseRejected { .. }) => {
+            Err(goodput_gitops::git::GitError::LeaseRejected { .. }) => {
                 let h = checkout
                     .remote_head(&branch)
                     .await
@@ -857,7 +857,7 @@ mod tests {
             }
         );
         assert_eq!(branch(&g, "qwen"), "goodput/qwen");
-        g.edit = Some(crate::api::ReplicaField {
+        g.edit = Some(goodput_api::ReplicaField {
             helm_values: Some("vllm.replicaCount".into()),
             ..Default::default()
         });
