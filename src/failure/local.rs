@@ -406,7 +406,11 @@ impl SimulatedFleet {
                     .await?;
                 Some(unix_ms())
             }
-            _ => None,
+            // Not timed: it lasts to the end of the test.
+            (FaultKind::KillReplica | FaultKind::ColdStart, _)
+            | (FaultKind::RequestCancel | FaultKind::KvCapacity | FaultKind::DegradedLink, None) => {
+                None
+            }
         };
         Ok((at, lifted))
     }

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use goodput_core::engine_metrics::EngineKind;
+
 use super::vocabulary::ServedModel;
 
 /// How often a refused reset is asked again: vLLM refuses while blocks are held by
@@ -16,14 +18,12 @@ const ATTEMPTS: u32 = 5;
 /// The pause between attempts.
 const PAUSE: Duration = Duration::from_millis(500);
 
-/// The engine's reset call for `served`: its path, and whether it answers
-/// `{"success": bool}`.
+/// The engine's reset call for `served` (named by `/v1/models`' `owned_by`): its path, and
+/// whether it answers `{"success": bool}`.
 fn call(served: &ServedModel) -> Option<(&'static str, bool)> {
-    match served.owned_by.as_deref()? {
-        "vllm" => Some(("/reset_prefix_cache", true)),
-        "sglang" => Some(("/flush_cache", false)),
-        _ => None,
-    }
+    let engine = EngineKind::from_name(served.owned_by.as_deref()?)?;
+    let reset = engine.descriptor().cache_reset?;
+    Some((reset.path, reset.says_success))
 }
 
 /// What a cold point's reset did (`summary.json`'s `cache_reset`).

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use goodput_core::engine_metrics::{ContainerArgs, EngineKind};
 use goodput_core::workload::WorkloadManifest;
 
 /// Annotation: the model id the workload serves.
@@ -430,48 +431,21 @@ fn parse_mix(text: &str) -> Result<BTreeMap<String, f64>, String> {
 // ---------------------------------------------------------------------------------------
 // The engine container.
 
-/// Engines whose containers are read.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Engine {
-    Vllm,
-    Sglang,
-}
-
-impl Engine {
-    /// Both, in the order they are tried.
-    const ALL: [Engine; 2] = [Engine::Vllm, Engine::Sglang];
-
-    /// The engine's name, as found in images and module paths.
-    fn name(self) -> &'static str {
-        match self {
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
-        }
-    }
-
-    /// Flags naming the model.
-    fn model_flags(self) -> &'static [&'static str] {
-        match self {
-            Engine::Vllm => &["--model"],
-            Engine::Sglang => &["--model-path", "--model"],
-        }
-    }
-
-    /// Flags naming the tensor-parallel size.
-    fn tp_flags(self) -> &'static [&'static str] {
-        match self {
-            Engine::Vllm => &["--tensor-parallel-size", "-tp"],
-            Engine::Sglang => &["--tp-size", "--tp"],
-        }
-    }
+/// The engines whose containers are read (their descriptor says how), in the order tried.
+fn read_engines() -> impl Iterator<Item = (EngineKind, &'static ContainerArgs)> {
+    EngineKind::ALL
+        .into_iter()
+        .filter_map(|k| Some((k, k.descriptor().container.as_ref()?)))
 }
 
 /// The container a workload's engine runs in, as read.
 struct EngineContainer {
     /// The container's name (`?` when unnamed).
     name: String,
-    /// Which engine, and how that was found.
-    kind: Engine,
+    /// Which engine.
+    kind: EngineKind,
+    /// How its command line names what it serves.
+    args: &'static ContainerArgs,
     /// The engine's name and where it was read.
     engine: Declared<String>,
     /// `command` then `args`, each split on whitespace.
@@ -494,26 +468,25 @@ fn read_container(container: &Value) -> Option<EngineContainer> {
     let name = container["name"].as_str().unwrap_or("?").to_string();
     let words = container_words(container);
     let image = container["image"].as_str().map(str::to_string);
-    let by_command = Engine::ALL
-        .into_iter()
-        .find(|e| words.iter().any(|w| word_names_engine(w, *e)))
+    let by_command = read_engines()
+        .find(|(e, _)| words.iter().any(|w| word_names_engine(w, *e)))
         .map(|e| (e, format!("container {name} command")));
     let by_image = || {
         let image = image.as_deref()?;
         let image_name = split_image(image).0.to_ascii_lowercase();
-        Engine::ALL
-            .into_iter()
-            .find(|e| image_name.contains(e.name()))
+        read_engines()
+            .find(|(e, _)| image_name.contains(e.as_str()))
             .map(|e| (e, format!("container {name} image {image}")))
     };
-    let (kind, from) = by_command.or_else(by_image)?;
+    let ((kind, args), from) = by_command.or_else(by_image)?;
     Some(EngineContainer {
         engine: Declared {
-            value: kind.name().to_string(),
+            value: kind.as_str().to_string(),
             from,
         },
         name,
         kind,
+        args,
         words,
         image,
     })
@@ -536,18 +509,19 @@ fn container_words(container: &Value) -> Vec<String> {
 
 /// Whether a word is the engine's program (`vllm`, `/usr/bin/vllm`) or one of its Python
 /// modules (`vllm.entrypoints.openai.api_server`, `sglang.launch_server`).
-fn word_names_engine(word: &str, engine: Engine) -> bool {
+fn word_names_engine(word: &str, engine: EngineKind) -> bool {
     if word.starts_with('-') {
         return false;
     }
     let base = word.rsplit('/').next().unwrap_or(word);
-    base == engine.name() || base.starts_with(&format!("{}.", engine.name()))
+    let name = engine.as_str();
+    base == name || base.starts_with(&format!("{name}."))
 }
 
 impl EngineContainer {
     /// The model: vLLM's `serve MODEL` positional, else the last model flag.
     fn model(&self) -> Reading<String> {
-        if self.kind == Engine::Vllm
+        if self.kind == EngineKind::Vllm
             && let Some(model) = self.serve_positional()
         {
             return Some(Ok(Declared {
@@ -555,7 +529,7 @@ impl EngineContainer {
                 from: format!("container {} arg after `vllm serve`", self.name),
             }));
         }
-        self.flag(self.kind.model_flags(), L_MODEL, parse_text)
+        self.flag(self.args.model, L_MODEL, parse_text)
     }
 
     /// The model revision, from `--revision`.
@@ -565,7 +539,7 @@ impl EngineContainer {
 
     /// The tensor-parallel size, from the engine's TP flag.
     fn tp(&self) -> Reading<u32> {
-        self.flag(self.kind.tp_flags(), L_TP, parse_tp)
+        self.flag(self.args.tp, L_TP, parse_tp)
     }
 
     /// The engine version, from the tag of an image whose name names an engine.
@@ -573,7 +547,7 @@ impl EngineContainer {
         let image = self.image.as_deref()?;
         let (name, tag) = split_image(image);
         let lower = name.to_ascii_lowercase();
-        if !Engine::ALL.iter().any(|e| lower.contains(e.name())) {
+        if !read_engines().any(|(e, _)| lower.contains(e.as_str())) {
             return None;
         }
         Some(Declared {
@@ -585,8 +559,10 @@ impl EngineContainer {
     /// The word after `serve` when `serve` follows a word naming vLLM and is not a flag.
     fn serve_positional(&self) -> Option<String> {
         self.words.windows(3).find_map(|w| {
-            (word_names_engine(&w[0], Engine::Vllm) && w[1] == "serve" && !w[2].starts_with('-'))
-                .then(|| w[2].clone())
+            (word_names_engine(&w[0], EngineKind::Vllm)
+                && w[1] == "serve"
+                && !w[2].starts_with('-'))
+            .then(|| w[2].clone())
         })
     }
 

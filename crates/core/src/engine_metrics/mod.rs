@@ -10,5 +10,8 @@ pub mod series;
 pub mod truth;
 
 pub use parse::{Exposition, MetricType, Sample, parse};
-pub use profile::{Concept, DetectedProfile, EngineKind, MetricKind, Profile, detect};
+pub use profile::{
+    CacheResetCall, Concept, ContainerArgs, DetectedProfile, EngineDescriptor, EngineKind,
+    MetricKind, Profile, detect,
+};
 pub use series::{Across, Coverage, MetricsSeries, ScrapeSample};

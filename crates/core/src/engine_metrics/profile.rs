@@ -52,32 +52,130 @@ impl EngineKind {
         EngineKind::LlamaCpp,
     ];
 
+    /// What goodput knows of the engine: the one place an engine is described.
+    pub fn descriptor(self) -> &'static EngineDescriptor {
+        match self {
+            EngineKind::Vllm => &ENGINE_VLLM,
+            EngineKind::Sglang => &ENGINE_SGLANG,
+            EngineKind::TensorrtLlm => &ENGINE_TRTLLM,
+            EngineKind::Triton => &ENGINE_TRITON,
+            EngineKind::Dynamo => &ENGINE_DYNAMO,
+            EngineKind::Dcgm => &ENGINE_DCGM,
+            EngineKind::LlamaCpp => &ENGINE_LLAMA_CPP,
+        }
+    }
+
     /// The engine's profile.
     pub fn profile(self) -> &'static Profile {
-        match self {
-            EngineKind::Vllm => &VLLM,
-            EngineKind::Sglang => &SGLANG,
-            EngineKind::TensorrtLlm => &TRTLLM,
-            EngineKind::Triton => &TRITON,
-            EngineKind::Dynamo => &DYNAMO,
-            EngineKind::Dcgm => &DCGM,
-            EngineKind::LlamaCpp => &LLAMA_CPP,
-        }
+        self.descriptor().profile
     }
 
     /// The name used in JSON and messages (`vllm`, `sglang`, `tensorrt_llm`, ...).
     pub fn as_str(self) -> &'static str {
-        match self {
-            EngineKind::Vllm => "vllm",
-            EngineKind::Sglang => "sglang",
-            EngineKind::TensorrtLlm => "tensorrt_llm",
-            EngineKind::Triton => "triton",
-            EngineKind::Dynamo => "dynamo",
-            EngineKind::Dcgm => "dcgm",
-            EngineKind::LlamaCpp => "llama_cpp",
-        }
+        self.descriptor().name
+    }
+
+    /// The engine of that name ([`Self::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<EngineKind> {
+        EngineKind::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
+
+/// Everything goodput knows of one engine besides its metric names' meaning: adding an
+/// engine is adding one of these (and its [`Profile`]) here.
+#[derive(Debug)]
+pub struct EngineDescriptor {
+    /// Its name in JSON and messages, as its container images and module paths spell it,
+    /// and as `/v1/models` states it in `owned_by`.
+    pub name: &'static str,
+    /// Its metric names, concept by concept.
+    pub profile: &'static Profile,
+    /// The call that empties its prefix cache before a cold point; `None`: it has none
+    /// that goodput knows, and a cold point says so.
+    pub cache_reset: Option<CacheResetCall>,
+    /// How its container's command line names the model and the tensor-parallel size, for
+    /// the operator to read what a workload runs; `None`: not read.
+    pub container: Option<ContainerArgs>,
+}
+
+/// An engine's prefix-cache reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheResetCall {
+    /// The path, `POST`ed at the engine's address.
+    pub path: &'static str,
+    /// Whether it answers `{"success": bool}` (else an empty 200).
+    pub says_success: bool,
+}
+
+/// The flags of an engine's command line that the operator reads.
+#[derive(Debug)]
+pub struct ContainerArgs {
+    /// Flags naming the model, in the order tried.
+    pub model: &'static [&'static str],
+    /// Flags naming the tensor-parallel size.
+    pub tp: &'static [&'static str],
+}
+
+static ENGINE_VLLM: EngineDescriptor = EngineDescriptor {
+    name: "vllm",
+    profile: &VLLM,
+    cache_reset: Some(CacheResetCall {
+        path: "/reset_prefix_cache",
+        says_success: true,
+    }),
+    container: Some(ContainerArgs {
+        model: &["--model"],
+        tp: &["--tensor-parallel-size", "-tp"],
+    }),
+};
+
+static ENGINE_SGLANG: EngineDescriptor = EngineDescriptor {
+    name: "sglang",
+    profile: &SGLANG,
+    cache_reset: Some(CacheResetCall {
+        path: "/flush_cache",
+        says_success: false,
+    }),
+    container: Some(ContainerArgs {
+        model: &["--model-path", "--model"],
+        tp: &["--tp-size", "--tp"],
+    }),
+};
+
+static ENGINE_TRTLLM: EngineDescriptor = EngineDescriptor {
+    name: "tensorrt_llm",
+    profile: &TRTLLM,
+    cache_reset: None,
+    container: None,
+};
+
+static ENGINE_TRITON: EngineDescriptor = EngineDescriptor {
+    name: "triton",
+    profile: &TRITON,
+    cache_reset: None,
+    container: None,
+};
+
+static ENGINE_DYNAMO: EngineDescriptor = EngineDescriptor {
+    name: "dynamo",
+    profile: &DYNAMO,
+    cache_reset: None,
+    container: None,
+};
+
+static ENGINE_DCGM: EngineDescriptor = EngineDescriptor {
+    name: "dcgm",
+    profile: &DCGM,
+    cache_reset: None,
+    container: None,
+};
+
+static ENGINE_LLAMA_CPP: EngineDescriptor = EngineDescriptor {
+    name: "llama_cpp",
+    profile: &LLAMA_CPP,
+    cache_reset: None,
+    container: None,
+};
 
 impl fmt::Display for EngineKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -918,6 +1016,33 @@ mod tests {
     fn approx(a: Option<f64>, b: f64) {
         let a = a.unwrap_or_else(|| panic!("no value, expected {b}"));
         assert!((a - b).abs() < 1e-9, "{a} != {b}");
+    }
+
+    /// An engine's one name is the one JSON gives it, and names it back; the operator reads
+    /// the containers of exactly the engines whose descriptor says how.
+    #[test]
+    fn each_engine_is_named_once_and_its_descriptor_says_what_goodput_does_with_it() {
+        for kind in EngineKind::ALL {
+            let json = serde_json::to_value(kind).expect("serializes");
+            assert_eq!(json.as_str(), Some(kind.as_str()));
+            assert_eq!(EngineKind::from_name(kind.as_str()), Some(kind));
+        }
+        assert_eq!(EngineKind::from_name("vLLM"), None);
+        let read: Vec<&str> = EngineKind::ALL
+            .into_iter()
+            .filter(|k| k.descriptor().container.is_some())
+            .map(EngineKind::as_str)
+            .collect();
+        assert_eq!(read, ["vllm", "sglang"]);
+        let reset = EngineKind::Vllm
+            .descriptor()
+            .cache_reset
+            .expect("vLLM resets");
+        assert_eq!(
+            (reset.path, reset.says_success),
+            ("/reset_prefix_cache", true)
+        );
+        assert_eq!(EngineKind::LlamaCpp.descriptor().cache_reset, None);
     }
 
     /// The page of the pinned real engine (vLLM 0.32's CPU build serving the test model,

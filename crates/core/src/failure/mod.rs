@@ -60,7 +60,8 @@ impl FaultKind {
     /// Whether the operator can inject it in a cluster (it deletes a pod of the target's
     /// Service, or has the load's clients cancel); the others need the simulated engine's
     /// admin API, so only `goodput bench` runs them. The one place the cluster's set is
-    /// written: the lint and the operator both ask here.
+    /// written: the lint asks here, and the operator validates with the lint before it
+    /// injects anything.
     pub fn in_cluster(self) -> bool {
         match self {
             FaultKind::KillReplica | FaultKind::RequestCancel => true,
@@ -587,7 +588,10 @@ pub fn analyze(o: &Observed<'_>) -> FailureReport {
         FaultKind::KillReplica => {
             Some(sig.endpoint_removed_s.is_some() && sig.routed_after_removal.unwrap_or(0) == 0)
         }
-        _ => None,
+        FaultKind::ColdStart
+        | FaultKind::KvCapacity
+        | FaultKind::DegradedLink
+        | FaultKind::RequestCancel => None,
     };
     let capacity_returned = match o.kind {
         FaultKind::KillReplica | FaultKind::ColdStart => sig.serving_again_s.is_some(),
