@@ -99,7 +99,7 @@ pub(super) async fn start_target(
         });
     }
     let sim = spec.target.simulated.clone().unwrap_or_default();
-    let setup = sim.setup().map_err(BenchError::Spec)?;
+    let setup = sim.setup().map_err(|e| BenchError::Spec(e.to_string()))?;
     if let TimeScale::Fixed(k) = sim.time_scale
         && !(k.is_finite() && k > 0.0)
     {

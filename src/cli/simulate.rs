@@ -13,7 +13,7 @@ use goodput::sim::fleet_model::simulate_fleet_rate;
 use goodput::sim::offline::{
     Arrival, ClassShape, SharedPrefix, WorkloadSpec, find_max_rate, gate_for, simulate_rates,
 };
-use goodput::sim::{PRESETS, Setup, apply_overrides, apply_yaml_overrides, preset};
+use goodput::sim::{PRESETS, Setup, apply_overrides, apply_yaml_overrides, resolve_preset};
 use goodput::workload::WorkloadManifest;
 
 /// The engine model's configuration: a preset and overrides.
@@ -121,14 +121,7 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
 
 /// The preset with the file's and the flags' overrides applied.
 pub fn simulated_setup(args: &SetupArgs) -> Result<Setup> {
-    let mut setup = preset(&args.preset).with_context(|| {
-        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-        format!(
-            "unknown preset `{}` (presets: {})",
-            args.preset,
-            names.join(", ")
-        )
-    })?;
+    let mut setup = resolve_preset(&args.preset, None)?;
     if let Some(path) = &args.setup_file {
         let yaml = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;

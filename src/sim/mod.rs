@@ -4,7 +4,8 @@
 //! `live`: replicas, the router in front of them, the fleet of both), re-exported here.
 
 pub use goodput_model::{
-    Engine, EngineStats, KvPolicy, NewRequest, PRESETS, RequestId, Setup, Step, TokenEvent,
-    apply_overrides, apply_yaml_overrides, engine, fleet_model, offline, preset, setup,
+    Engine, EngineStats, KvPolicy, NewRequest, PRESETS, PresetError, RequestId, Setup, Step,
+    TokenEvent, apply_overrides, apply_yaml_overrides, engine, fleet_model, offline, preset,
+    preset_names, resolve_preset, setup,
 };
 pub use goodput_sim as live;

@@ -315,17 +315,15 @@ fn default_step() -> f64 {
 
 /// The built-in simulated engine: replicas of the engine model behind a router.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct SimulatedTarget {
     /// Hardware and model preset (`goodput simulate --list-presets`).
-    #[serde(default = "default_preset")]
     pub preset: String,
     /// Setup fields replaced, e.g. `{prefix_caching: true, max_num_seqs: 512}`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "preserve_unknown_fields")]
     pub overrides: BTreeMap<String, serde_json::Value>,
     /// Replicas behind the router.
-    #[serde(default = "one")]
     pub replicas: u32,
     /// Run the engine K times faster than real time: a number, or `auto`. Inside the run
     /// every duration (latencies, cutoffs, warmup, minimum duration, timeouts) is divided by
@@ -334,41 +332,52 @@ pub struct SimulatedTarget {
     /// its TTFT and TPOT with the model's: a K whose drift is over 10% of the tightest
     /// cutoff is refused, over 2% warned about. `auto` (goodput bench only) picks the
     /// largest K whose probe stays within 2% on this machine. Default: 1.
-    #[serde(default)]
     pub time_scale: TimeScale,
     /// Tokens per SSE frame, as engines with a stream interval send them. TPOT is
     /// unaffected; ITL is then per frame.
-    #[serde(default = "one")]
     pub stream_interval: u32,
 }
 
 impl SimulatedTarget {
-    /// The engine model the target runs: its preset with the overrides applied; the error
-    /// names the field at fault.
-    pub fn setup(&self) -> Result<crate::sim::Setup, String> {
-        let setup = crate::sim::setup::preset(&self.preset).ok_or_else(|| {
-            format!(
-                "spec.target.simulated.preset: unknown preset `{}` (see `goodput simulate \
-                 --list-presets`)",
-                self.preset
+    /// The engine model the target runs: its preset with the overrides applied (the
+    /// engine model's one resolution, [`crate::sim::resolve_preset`]); the error names the
+    /// field at fault. The lint, both shells and the model's placement all ask here.
+    pub fn setup(&self) -> Result<crate::sim::Setup, SimulatedSetupError> {
+        let overrides = if self.overrides.is_empty() {
+            None
+        } else {
+            // A map of JSON values always serializes; the arm keeps a failure an error.
+            Some(
+                serde_json::to_string(&self.overrides).map_err(|e| SimulatedSetupError {
+                    field: "spec.target.simulated.overrides",
+                    error: crate::sim::PresetError::Overrides(e.to_string()),
+                })?,
             )
-        })?;
-        if self.overrides.is_empty() {
-            return Ok(setup);
-        }
-        serde_json::to_string(&self.overrides)
-            .map_err(|e| e.to_string())
-            .and_then(|yaml| {
-                crate::sim::setup::apply_yaml_overrides(&setup, &yaml).map_err(|e| e.to_string())
-            })
-            .map_err(|e| format!("spec.target.simulated.overrides: {e}"))
+        };
+        crate::sim::resolve_preset(&self.preset, overrides.as_deref()).map_err(|error| {
+            let field = match error {
+                crate::sim::PresetError::Unknown { .. } => "spec.target.simulated.preset",
+                crate::sim::PresetError::Overrides(_) => "spec.target.simulated.overrides",
+            };
+            SimulatedSetupError { field, error }
+        })
     }
+}
+
+/// Why a simulated target gives no engine model, and the spec's field at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {error}")]
+pub struct SimulatedSetupError {
+    /// The field's path in the spec.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub error: crate::sim::PresetError,
 }
 
 impl Default for SimulatedTarget {
     fn default() -> Self {
         SimulatedTarget {
-            preset: default_preset(),
+            preset: "qwen2.5-7b-h100".into(),
             overrides: BTreeMap::new(),
             replicas: 1,
             time_scale: TimeScale::default(),
@@ -463,14 +472,6 @@ impl JsonSchema for TimeScale {
     }
 }
 
-fn default_preset() -> String {
-    "qwen2.5-7b-h100".into()
-}
-
-fn one_f() -> f64 {
-    1.0
-}
-
 fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
@@ -514,44 +515,33 @@ fn default_manifest_key() -> String {
 
 /// The experiments of one benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Experiments {
     /// Closed loop over concurrency levels: finds the throughput-latency knee and proposes
     /// the rate sweep's range. Never a capacity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub saturation: Option<Saturation>,
     /// Open loop at offered rates: the only experiment that validates a capacity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_sweep: Option<RateSweep>,
     /// Cache states, each swept and reported separately (never averaged).
-    #[serde(default = "default_cache_modes")]
     pub cache_modes: Vec<CacheMode>,
     /// Shared prefixes of the warm cache.
-    #[serde(default)]
     pub warm_pool: WarmPool,
     /// Prompts of a cold run: `unique` (nothing to reuse). `repeated` sends one prompt
     /// again and again, which the prefix cache serves: such a run is not cold and is refused.
-    #[serde(default)]
     pub cold_prompts: ColdPrompts,
     /// Most schedule blocks per point while meeting the minimum duration and the sample
     /// rule (failures are made up with further blocks).
-    #[serde(default = "default_max_blocks")]
     pub max_blocks: u32,
     /// A point whose schedule-lag P99 (ms, on the run's own clock) exceeds this is invalid.
-    #[serde(default = "default_max_lag")]
     pub max_lag_ms: f64,
     /// Engine-metrics scrape interval (seconds of model time).
-    #[serde(default = "one_f")]
     pub scrape_interval_seconds: f64,
     /// Stop an open-loop point as soon as its requests settle it as failing (a class's
     /// attainment, the error rate or the queue trend, by the rule every report states);
     /// a point is never passed early. `false`: every point runs its whole schedule.
-    #[serde(default = "yes")]
     pub early_stop: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Default for Experiments {
@@ -559,83 +549,56 @@ impl Default for Experiments {
         Experiments {
             saturation: None,
             rate_sweep: None,
-            cache_modes: default_cache_modes(),
+            cache_modes: vec![CacheMode::Cold],
             warm_pool: WarmPool::default(),
             cold_prompts: ColdPrompts::default(),
-            max_blocks: default_max_blocks(),
-            max_lag_ms: default_max_lag(),
+            max_blocks: 10,
+            max_lag_ms: 10.0,
             scrape_interval_seconds: 1.0,
             early_stop: true,
         }
     }
 }
 
-fn default_cache_modes() -> Vec<CacheMode> {
-    vec![CacheMode::Cold]
-}
-
-fn default_max_blocks() -> u32 {
-    10
-}
-
-fn default_max_lag() -> f64 {
-    10.0
-}
-
 /// The saturation (closed-loop) experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Saturation {
     /// Concurrency levels (requests in flight), ascending.
-    #[serde(default = "default_concurrency")]
     pub concurrency: Vec<u32>,
     /// Seconds each level runs (model time).
-    #[serde(default = "default_saturation_duration")]
     pub duration_seconds: f64,
 }
 
 impl Default for Saturation {
     fn default() -> Self {
         Saturation {
-            concurrency: default_concurrency(),
-            duration_seconds: default_saturation_duration(),
+            concurrency: vec![4, 8, 16, 32, 64, 128],
+            duration_seconds: 60.0,
         }
     }
 }
 
-fn default_concurrency() -> Vec<u32> {
-    vec![4, 8, 16, 32, 64, 128]
-}
-
-fn default_saturation_duration() -> f64 {
-    60.0
-}
-
 /// The rate sweep (open loop).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct RateSweep {
     /// Offered rates (requests per second). Empty: derived from the saturation knee.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rates: Vec<f64>,
     /// Points of a derived sweep.
-    #[serde(default = "default_points")]
     pub points: u32,
     /// Lowest derived rate as a fraction of the knee's throughput.
-    #[serde(default = "default_low")]
     pub low_fraction: f64,
     /// Highest derived rate as a fraction of the knee's throughput.
-    #[serde(default = "default_high")]
     pub high_fraction: f64,
     /// How close the final bracket must be: once a failing rate lies above a passing one,
     /// rates are bisected between the highest pass and the lowest fail above it until their
     /// gap is at most this fraction of the passing rate (0.05: capacity known to within 5%).
     /// 0 turns refinement off.
-    #[serde(default = "default_resolution")]
     pub resolution: f64,
     /// Most refinement rates per cache mode (each runs every repeat and follows every rule
     /// of an ordinary point).
-    #[serde(default = "default_max_refinements")]
     pub max_refinements: u32,
 }
 
@@ -643,33 +606,13 @@ impl Default for RateSweep {
     fn default() -> Self {
         RateSweep {
             rates: Vec::new(),
-            points: default_points(),
-            low_fraction: default_low(),
-            high_fraction: default_high(),
-            resolution: default_resolution(),
-            max_refinements: default_max_refinements(),
+            points: 5,
+            low_fraction: 0.6,
+            high_fraction: 1.2,
+            resolution: 0.05,
+            max_refinements: 4,
         }
     }
-}
-
-fn default_resolution() -> f64 {
-    0.05
-}
-
-fn default_max_refinements() -> u32 {
-    4
-}
-
-fn default_points() -> u32 {
-    5
-}
-
-fn default_low() -> f64 {
-    0.6
-}
-
-fn default_high() -> f64 {
-    1.2
 }
 
 /// The cache state is a workload concept, defined in the core.
@@ -688,35 +631,24 @@ pub enum ColdPrompts {
 
 /// The warm cache's shared prefixes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct WarmPool {
     /// Distinct shared prefixes.
-    #[serde(default = "default_prefixes")]
     pub prefixes: u32,
     /// Tokens per prefix (at most each class's input length).
-    #[serde(default = "default_prefix_tokens")]
     pub prefix_tokens: u32,
     /// Zipf exponent of prefix popularity (0 = uniform).
-    #[serde(default = "one_f")]
     pub zipf: f64,
 }
 
 impl Default for WarmPool {
     fn default() -> Self {
         WarmPool {
-            prefixes: default_prefixes(),
-            prefix_tokens: default_prefix_tokens(),
+            prefixes: 16,
+            prefix_tokens: 512,
             zipf: 1.0,
         }
     }
-}
-
-fn default_prefixes() -> u32 {
-    16
-}
-
-fn default_prefix_tokens() -> u32 {
-    512
 }
 
 /// The peak a plan is for, defined with the planning core.
@@ -727,23 +659,18 @@ pub use crate::analysis::Statistic;
 
 /// What the reports show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Reporting {
     /// Latency statistics per class in summaries. Must include a percentile.
-    #[serde(default = "default_statistics")]
     pub statistics: Vec<Statistic>,
 }
 
 impl Default for Reporting {
     fn default() -> Self {
         Reporting {
-            statistics: default_statistics(),
+            statistics: vec![Statistic::P50, Statistic::P95, Statistic::P99],
         }
     }
-}
-
-fn default_statistics() -> Vec<Statistic> {
-    vec![Statistic::P50, Statistic::P95, Statistic::P99]
 }
 
 /// What the benchmark driver (`goodput_core::benchmark::driver`) and both shells take from a

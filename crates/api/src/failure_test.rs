@@ -8,32 +8,28 @@ use serde::{Deserialize, Serialize};
 /// period, one fault is injected while the load keeps running through detection and
 /// recovery. Each fault is its own test and its own report (`failure-test.md`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct FailureTest {
     /// Offered rate (requests per second). Default: the highest passing rate of the plan's
     /// cache mode × `rateFraction`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
     /// Fraction of the highest passing rate run when `rate` is not given. Default 20/24,
     /// the methodology's 20 RPS on a deployment whose capacity is 24.
-    #[serde(default = "default_rate_fraction")]
     pub rate_fraction: f64,
     /// Seconds of load before the fault (model time): the baseline window.
-    #[serde(default = "default_steady")]
     pub steady_seconds: f64,
     /// Seconds of load after the fault (model time): detection, recovery and the
     /// after-window.
-    #[serde(default = "default_observe")]
     pub observe_seconds: f64,
     /// The faults, each run as its own test in this order. Default: kill one replica.
-    #[serde(default = "default_faults")]
     pub faults: Vec<Fault>,
     /// A `url` target's engine process on the machine that runs `goodput bench` (not in a
     /// cluster, where a fault deletes a pod): a real engine has no fault API, so
     /// `KillReplica` sends SIGKILL to the process whose id this file holds, and the kill is
     /// detected through the engine's `/health` and `/metrics`. Whatever restarts it (a
     /// service manager, a supervisor that rewrites the file) is what brings capacity back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_process: Option<EngineProcessRef>,
 }
 
@@ -49,10 +45,10 @@ impl Default for FailureTest {
     fn default() -> Self {
         FailureTest {
             rate: None,
-            rate_fraction: default_rate_fraction(),
-            steady_seconds: default_steady(),
-            observe_seconds: default_observe(),
-            faults: default_faults(),
+            rate_fraction: 20.0 / 24.0,
+            steady_seconds: 60.0,
+            observe_seconds: 120.0,
+            faults: vec![Fault::default()],
             engine_process: None,
         }
     }
@@ -73,22 +69,6 @@ impl FailureTest {
     pub fn recovery_window_s(&self) -> f64 {
         (self.steady_seconds / 2.0).clamp(5.0, 30.0)
     }
-}
-
-fn default_rate_fraction() -> f64 {
-    20.0 / 24.0
-}
-
-fn default_steady() -> f64 {
-    60.0
-}
-
-fn default_observe() -> f64 {
-    120.0
-}
-
-fn default_faults() -> Vec<Fault> {
-    vec![Fault::default()]
 }
 
 /// The kind lives with the failure analysis (the pure core); the CRD field is this type.

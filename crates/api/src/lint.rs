@@ -9,7 +9,7 @@ use super::{
     CacheMode, CapacityBenchmarkSpec, ColdPrompts, SimulatedTarget, Statistic, TimeScale,
     WorkloadSource,
 };
-use crate::sim::setup::{PRESETS, Setup, apply_yaml_overrides, preset};
+use crate::sim::setup::Setup;
 use crate::workload::Findings;
 use crate::workload::{ArrivalPattern, Finding, Toggle, WorkloadManifest};
 
@@ -825,35 +825,18 @@ fn simulated_setup(sim: &SimulatedTarget, out: Option<&mut Lint>) -> Option<Setu
         }
         None
     };
-    let names = || {
-        PRESETS
-            .iter()
-            .map(|p| p.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if sim.preset.trim().is_empty() {
         return report(
             "spec.target.simulated.preset",
-            format!("must name a preset (one of {})", names()),
+            format!(
+                "must name a preset (one of {})",
+                crate::sim::preset_names().join(", ")
+            ),
         );
     }
-    let Some(setup) = preset(&sim.preset) else {
-        return report(
-            "spec.target.simulated.preset",
-            format!("unknown preset `{}` (presets: {})", sim.preset, names()),
-        );
-    };
-    if sim.overrides.is_empty() {
-        return Some(setup);
-    }
-    let json = match serde_json::to_string(&sim.overrides) {
-        Ok(json) => json,
-        Err(e) => return report("spec.target.simulated.overrides", e.to_string()),
-    };
-    match apply_yaml_overrides(&setup, &json) {
+    match sim.setup() {
         Ok(setup) => Some(setup),
-        Err(e) => report("spec.target.simulated.overrides", e),
+        Err(e) => report(e.field, e.error.to_string()),
     }
 }
 

@@ -253,40 +253,25 @@ pub enum ForgeName {
 
 /// The commit that changes the replicas.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct CommitSettings {
     /// Author and committer name.
-    #[serde(default = "default_author_name")]
     pub author_name: String,
     /// Author and committer email.
-    #[serde(default = "default_author_email")]
     pub author_email: String,
     /// The subject's type and scope (Conventional Commits): the subject is
     /// `<prefix>: scale <kind>/<name> from 4 to 8 replicas`.
-    #[serde(default = "default_commit_prefix")]
     pub message_prefix: String,
 }
 
 impl Default for CommitSettings {
     fn default() -> Self {
         CommitSettings {
-            author_name: default_author_name(),
-            author_email: default_author_email(),
-            message_prefix: default_commit_prefix(),
+            author_name: "goodput".to_owned(),
+            author_email: "goodput@noreply.goodput.dev".to_owned(),
+            message_prefix: "chore(capacity)".to_owned(),
         }
     }
-}
-
-fn default_author_name() -> String {
-    "goodput".to_owned()
-}
-
-fn default_author_email() -> String {
-    "goodput@noreply.goodput.dev".to_owned()
-}
-
-fn default_commit_prefix() -> String {
-    "chore(capacity)".to_owned()
 }
 
 fn default_utilization() -> f64 {
@@ -441,16 +426,14 @@ pub enum PlanMode {
 
 /// When a lower proposal may replace a higher one (scaling up is never delayed).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ScaleDown {
     /// A lower proposal takes effect only once every requirement computed during this
     /// window is at or below it (the highest of the window wins), so a peak oscillating
     /// around a boundary does not flap the proposal.
-    #[serde(default = "default_cooldown")]
     pub cooldown: Duration,
     /// The smallest reduction worth making, in replicas: a lower requirement within this
     /// of the proposal keeps the proposal.
-    #[serde(default = "one")]
     #[schemars(range(min = 1))]
     pub min_step: u32,
 }
@@ -458,36 +441,31 @@ pub struct ScaleDown {
 impl Default for ScaleDown {
     fn default() -> Self {
         ScaleDown {
-            cooldown: default_cooldown(),
+            cooldown: std::time::Duration::from_secs(900).into(),
             min_step: 1,
         }
     }
-}
-
-fn default_cooldown() -> Duration {
-    std::time::Duration::from_secs(900).into()
 }
 
 /// Benchmarking the workload again after it reaches a new replica count (or runs another
 /// engine version or model revision): the peak and the expected fleet capacity, with the
 /// same class mix and acceptance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Revalidation {
     /// Run it. Default: true.
-    #[serde(default = "yes")]
     pub enabled: bool,
     /// The workload manifest to send. Default: the referenced benchmark's (required with a
     /// typed-in capacity).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<WorkloadSource>,
     /// The Service in front of the workload. Default: the referenced benchmark's target
     /// Service (required with a typed-in capacity or a benchmark of another target).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceTarget>,
     /// The server runs its model this many times faster than real time (a simulated
     /// engine, `goodput serve-sim --time-scale`). Default: the benchmark's target's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub time_scale: Option<f64>,
 }
 
@@ -500,10 +478,6 @@ impl Default for Revalidation {
             time_scale: None,
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// What the plan found, proposed, applied and verified.

@@ -12,7 +12,10 @@ pub mod offline;
 pub mod setup;
 
 pub use engine::{Engine, EngineStats, NewRequest, RequestId, Step, TokenEvent};
-pub use setup::{KvPolicy, PRESETS, Setup, apply_overrides, apply_yaml_overrides, preset};
+pub use setup::{
+    KvPolicy, PRESETS, PresetError, Setup, apply_overrides, apply_yaml_overrides, preset,
+    preset_names, resolve_preset,
+};
 
 #[cfg(test)]
 mod tests;

@@ -153,6 +153,39 @@ pub fn preset(name: &str) -> Option<Setup> {
     PRESETS.iter().find(|p| p.name == name).map(|p| (p.setup)())
 }
 
+/// Why a preset and its overrides give no setup.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PresetError {
+    /// No preset has that name; the message lists those that do.
+    #[error("unknown preset `{name}` (presets: {})", preset_names().join(", "))]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// An override does not apply (an unknown field, a value that does not parse, a setup
+    /// that is no longer valid).
+    #[error("{0}")]
+    Overrides(String),
+}
+
+/// Every preset's name, in the order `goodput simulate --list-presets` lists them.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|p| p.name).collect()
+}
+
+/// The setup of the preset called `name` with `overrides` (a YAML or JSON mapping of
+/// [`Setup`] fields, or none) applied: the one resolution of a preset that the CLI, the
+/// benchmark spec, its lint and the operator all use.
+pub fn resolve_preset(name: &str, overrides: Option<&str>) -> Result<Setup, PresetError> {
+    let setup = preset(name).ok_or_else(|| PresetError::Unknown {
+        name: name.to_owned(),
+    })?;
+    match overrides {
+        None => Ok(setup),
+        Some(yaml) => apply_yaml_overrides(&setup, yaml).map_err(PresetError::Overrides),
+    }
+}
+
 fn qwen7b_h100() -> Setup {
     Setup {
         model: "Qwen/Qwen2.5-7B-Instruct".into(),
@@ -287,6 +320,31 @@ pub fn apply_yaml_overrides(setup: &Setup, yaml: &str) -> Result<Setup, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preset_resolves_once_with_its_overrides_or_says_what_is_wrong() {
+        let plain = resolve_preset("qwen2.5-7b-h100", None).expect("a preset");
+        assert_eq!(Some(plain.clone()), preset("qwen2.5-7b-h100"));
+        let more = resolve_preset("qwen2.5-7b-h100", Some("max_num_seqs: 7")).expect("applies");
+        assert_eq!(more.max_num_seqs, 7);
+        assert_ne!(more, plain);
+        let unknown = resolve_preset("nope", None).expect_err("no such preset");
+        assert!(matches!(&unknown, PresetError::Unknown { name } if name == "nope"));
+        let message = unknown.to_string();
+        assert!(
+            message.starts_with("unknown preset `nope` (presets: "),
+            "{message}"
+        );
+        assert!(
+            preset_names().iter().all(|n| message.contains(n)),
+            "{message}"
+        );
+        let bad = resolve_preset("qwen2.5-7b-h100", Some("no_such_field: 1")).expect_err("bad");
+        assert!(
+            matches!(&bad, PresetError::Overrides(m) if m.contains("unknown setup field `no_such_field`")),
+            "{bad:?}"
+        );
+    }
 
     #[test]
     fn every_preset_is_valid() {

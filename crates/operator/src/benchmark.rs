@@ -370,7 +370,7 @@ impl Run<'_> {
         let priors = self
             .ctx
             .model_priors(&uid, self.generation, move || {
-                let setup = sim.setup()?;
+                let setup = sim.setup().map_err(|e| e.to_string())?;
                 goodput_api::placement::model_priors(&spec, &manifest, &setup, sim.replicas.max(1))
                     .map_err(|e| format!("the engine model of the simulated target: {e}"))
             })
