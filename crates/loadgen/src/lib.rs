@@ -6,9 +6,10 @@
 //! time, and the lag between scheduled and actual send is recorded per request, so a client
 //! that falls behind shows it instead of hiding it (no coordinated omission).
 //!
-//! This crate is the instrument: it sends, times and records one point. What carries a
-//! point's results to the operator (the ConfigMap hand-off, its publication, the results
-//! bucket) belongs to the operator's shell in the `goodput` crate.
+//! This crate is the instrument: it sends, times and records one point, defined from a
+//! benchmark spec by [`point_job`] (for `goodput bench` in-process, and for a loadgen pod
+//! from its point file). What carries a point's results to the operator (the ConfigMap
+//! hand-off, its publication, the results bucket) is the operator's (`goodput-operator`).
 
 pub mod cache_reset;
 pub mod client;

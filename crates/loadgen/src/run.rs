@@ -85,7 +85,7 @@ pub struct LoadConfig {
     /// for a server that closes its connections after a streamed response without saying
     /// so (llama.cpp), which a reused connection would turn into failures that are the
     /// client's doing, and for replicas behind one address that balances connections
-    /// (`goodput::bench::point_job::connection_per_request`).
+    /// ([`crate::point_job::connection_per_request`]).
     pub close_connections: bool,
     /// How prompt lengths were set, for the summary.
     pub prompt_method: PromptMethod,

@@ -53,7 +53,7 @@ pub struct SweepPlan {
     pub model: Vec<ModelPrior>,
 }
 
-/// The engine model's expectations for one cache mode (`goodput::bench::model` computes
+/// The engine model's expectations for one cache mode (`goodput_api::placement` computes
 /// them before the sweep).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelPrior {
