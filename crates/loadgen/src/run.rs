@@ -467,6 +467,31 @@ impl Shared {
         }
     }
 
+    /// One finished request's record (timed from `due`), counted by the live metrics and
+    /// handed to the collector: the same for open and closed loop.
+    fn deliver(
+        &self,
+        tx: &mpsc::UnboundedSender<RequestRecord>,
+        r: &ScheduledRequest,
+        due: Instant,
+        outcome: RequestOutcome,
+    ) {
+        let rec = RequestRecord::new(
+            r.index,
+            r.class,
+            self.start,
+            due,
+            r.input_tokens,
+            r.output_tokens,
+            outcome,
+        );
+        if let Some(m) = &self.config.live_metrics {
+            m.observe(&rec);
+        }
+        // The collector is gone only once the run is over: nothing is left to count.
+        let _ = tx.send(rec);
+    }
+
     /// Sends one request, honouring the stop signal; the outcome is `Cancelled` if stopped.
     /// `due`: the open-loop request's mark in the live metrics, sent with it (`None` in
     /// closed loop, which sends on no schedule, or without live metrics).
@@ -645,19 +670,7 @@ pub async fn run_point_from(
                     let tx = tx.clone();
                     handle.spawn(async move {
                         let outcome = sh.run_one(&r, pending).await;
-                        let rec = RequestRecord::new(
-                            r.index,
-                            r.class,
-                            sh.start,
-                            due,
-                            r.input_tokens,
-                            r.output_tokens,
-                            outcome,
-                        );
-                        if let Some(m) = &sh.config.live_metrics {
-                            m.observe(&rec);
-                        }
-                        let _ = tx.send(rec);
+                        sh.deliver(&tx, &r, due, outcome);
                     });
                 }
             });
@@ -688,20 +701,8 @@ pub async fn run_point_from(
                             let mut r = schedule[(i % schedule.len() as u64) as usize].clone();
                             r.index = i;
                             let outcome = sh.run_one(&r, None).await;
-                            let sent = outcome.sent;
-                            let rec = RequestRecord::new(
-                                i,
-                                r.class,
-                                sh.start,
-                                sent,
-                                r.input_tokens,
-                                r.output_tokens,
-                                outcome,
-                            );
-                            if let Some(m) = &sh.config.live_metrics {
-                                m.observe(&rec);
-                            }
-                            let _ = tx.send(rec);
+                            // Closed loop: a request is due when it is sent.
+                            sh.deliver(&tx, &r, outcome.sent, outcome);
                         }
                     })
                 })
